@@ -1,0 +1,136 @@
+// Benchmark plumbing: processes, /proc readings, autocannon as a separate process, a µs latency probe.
+import { spawn, execFileSync } from 'node:child_process';
+import { readFileSync, readdirSync } from 'node:fs';
+import http from 'node:http';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
+
+/** Starts a process and resolves when a stdout/stderr line matches `ready`. */
+export function start(name, cmd, args, { env = {}, ready, cwd = ROOT, timeoutMs = 60_000 } = {}) {
+  const proc = spawn(cmd, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let out = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${out.slice(-3000)}`)), timeoutMs);
+    const onData = (d) => {
+      out += d;
+      if (out.length > 200_000) out = out.slice(-100_000);
+      const m = ready.exec(out);
+      if (m) { clearTimeout(timer); resolve({ name, proc, pid: proc.pid, match: m, log: () => out }); }
+    };
+    proc.stdout.on('data', onData);
+    proc.stderr.on('data', onData);
+    proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${name} exited (${code}):\n${out.slice(-3000)}`)); });
+  });
+}
+
+export async function stop(p) {
+  if (!p || p.proc.exitCode !== null) return;
+  const done = new Promise((r) => p.proc.once('exit', r));
+  try { process.kill(-p.pid, 'SIGTERM'); } catch { /* gone */ }
+  await Promise.race([done, new Promise((r) => setTimeout(r, 10_000))]);
+  try { process.kill(-p.pid, 'SIGKILL'); } catch { /* gone */ }
+}
+
+function tree(pid) {
+  const kids = new Map();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (!kids.has(ppid)) kids.set(ppid, []);
+      kids.get(ppid).push(Number(d));
+    } catch { /* raced */ }
+  }
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) out.push(...(kids.get(out[i]) ?? []));
+  return out;
+}
+
+/** CPU seconds (user + system) and RSS bytes of a process and its descendants. */
+export function usage(pid) {
+  let cpu = 0;
+  let rss = 0;
+  for (const p of tree(pid)) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      cpu += (Number(f[11]) + Number(f[12])) / CLK_TCK;
+      const st = readFileSync(`/proc/${p}/status`, 'utf8');
+      rss += Number(/VmRSS:\s+(\d+)/.exec(st)?.[1] ?? 0) * 1024;
+    } catch { /* exited */ }
+  }
+  return { cpu, rss };
+}
+
+/** Samples RSS every 100 ms until stopped; returns the peak. */
+export function rssSampler(pid) {
+  let peak = usage(pid).rss;
+  const t = setInterval(() => { peak = Math.max(peak, usage(pid).rss); }, 100);
+  return () => { clearInterval(t); return peak; };
+}
+
+/** Runs autocannon in its own process and returns its JSON result. */
+export function autocannon(args) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [join(ROOT, 'node_modules/autocannon/autocannon.js'), '-j', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { err += d; });
+    p.once('exit', (code) => {
+      try { resolve(JSON.parse(out)); } catch { reject(new Error(`autocannon failed (${code}): ${err.slice(-2000)}`)); }
+    });
+  });
+}
+
+/**
+ * Sequential requests at a low steady pace beside the load, timed with hrtime: autocannon reports
+ * whole milliseconds, the targets are in microseconds.
+ */
+export function probe(url, { method = 'POST', headers = {}, body, everyMs = 5 }) {
+  const u = new URL(url);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const lat = [];
+  let ok = 0;
+  let failed = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const t0 = process.hrtime.bigint();
+      const status = await new Promise((resolve) => {
+        const r = http.request({ host: u.hostname, port: u.port, path: u.pathname, method, agent,
+          headers: { ...headers, ...(body ? { 'content-length': Buffer.byteLength(body) } : {}) } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode));
+        });
+        r.on('error', () => resolve(0));
+        r.end(body);
+      });
+      lat.push(Number(process.hrtime.bigint() - t0) / 1000);
+      if (status >= 200 && status < 300) ok++; else failed++;
+      await new Promise((r) => setTimeout(r, everyMs));
+    }
+  })();
+  return async () => {
+    running = false;
+    await loop;
+    agent.destroy();
+    return { ...percentiles(lat), ok, failed };
+  };
+}
+
+export function percentiles(values) {
+  const v = [...values].sort((a, b) => a - b);
+  const at = (q) => (v.length ? v[Math.min(v.length - 1, Math.floor(q * v.length))] : null);
+  return { n: v.length, p50: at(0.5), p90: at(0.9), p99: at(0.99), max: v.at(-1) ?? null };
+}
+
+export async function json(url, init) {
+  const r = await fetch(url, init);
+  const text = await r.text();
+  try { return JSON.parse(text); } catch { throw new Error(`${url}: ${r.status} ${text.slice(0, 300)}`); }
+}

@@ -1,0 +1,193 @@
+// The benchmark: direct-to-sim, Tollgate (embedded; PostgreSQL + Redis) and LiteLLM side by side, alternating.
+import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
+import { tmpdir, cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { ROOT, start, stop, usage, rssSampler, autocannon, probe, json } from './lib.mjs';
+
+const args = process.argv.slice(2);
+const QUICK = args.includes('--quick');
+const only = args.includes('--only') ? args[args.indexOf('--only') + 1].split(',') : null;
+const wantLitellm = !args.includes('--no-litellm') && !QUICK;
+const CLI = join(ROOT, 'dist/cli.js');
+const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
+const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
+const PLAN = QUICK
+  ? { rates: [1000], rateSecs: 3, maxSecs: 3, streams: 500, streamRounds: 2, keySecs: 2 }
+  : { rates: [1000, 2000, 5000], rateSecs: 10, maxSecs: 10, streams: 9900, streamRounds: 3, keySecs: 8 };
+const IN_PER_M = 300_000_000n; // $0.30 per 1M input tokens, in nanodollars
+const OUT_PER_M = 2_500_000_000n;
+const CHAT = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hello, how are you today?' }], max_tokens: 16 });
+const STREAM = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Tell me a story.' }], max_tokens: 100, stream: true });
+const work = mkdtempSync(join(tmpdir(), 'tollgate-bench-'));
+const procs = [];
+const log = (...a) => console.error(new Date().toISOString().slice(11, 19), ...a);
+
+function price(u) {
+  const n = BigInt(u.prompt_tokens) * IN_PER_M + BigInt(u.completion_tokens) * OUT_PER_M;
+  return (n + 999_999n) / 1_000_000n;
+}
+
+async function sim(delay) {
+  const p = await start(`sim(${delay}ms)`, process.execPath, [CLI, 'sim', '--listen', '127.0.0.1:0', '--token-delay-ms', String(delay)], { ready: /"url":"(http:[^"]+)"/ });
+  procs.push(p);
+  return { ...p, url: p.match[1] };
+}
+
+async function tollgate(name, simUrl, streamSimUrl, pg) {
+  const dir = join(work, name);
+  mkdirSync(dir, { recursive: true });
+  const env = { TOLLGATE_LOG_REQUESTS: '0' };
+  const config = {
+    listen: '127.0.0.1:0',
+    limits: { default_rpm: 1_000_000_000, default_concurrency: 1_000_000 },
+    upstreams: { sim: { base_url: simUrl }, simstream: { base_url: streamSimUrl } },
+    models: [
+      { id: 'sim-chat', upstream: 'sim', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
+      { id: 'sim-chat-stream', upstream: 'simstream', upstream_model: 'sim-chat', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
+    ],
+  };
+  if (pg) {
+    const db = `tg_bench_${process.pid}`;
+    execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS ${db}`, '-c', `CREATE DATABASE ${db}`], { stdio: 'ignore' });
+    env.TG_BENCH_DB = PG_ADMIN.replace(/\/[^/]*$/, `/${db}`);
+    env.TG_BENCH_REDIS = REDIS;
+    config.database = { url_env: 'TG_BENCH_DB', pool_size: 8 };
+    config.redis = { url_env: 'TG_BENCH_REDIS', key_prefix: `tgbench${process.pid}:` };
+  }
+  const cfg = join(dir, 'config.json');
+  writeFileSync(cfg, JSON.stringify(config));
+  const p = await start(name, process.execPath, [CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
+  procs.push(p);
+  const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
+  const acct = cli('account', 'create', '--email', `bench@${name}.local`, '--credit', '1000000');
+  const key = cli('key', 'create', '--account', acct.account_id, '--rpm', '1000000000', '--concurrency', '1000000').key;
+  return { name, kind: 'tollgate', url: p.match[1], pid: p.pid, auth: { authorization: `Bearer ${key}` }, streamModel: 'sim-chat-stream' };
+}
+
+async function litellm(simUrl, streamSimUrl) {
+  const dir = join(work, 'litellm');
+  mkdirSync(dir, { recursive: true });
+  const cfg = join(dir, 'config.yaml');
+  writeFileSync(cfg, [
+    'model_list:',
+    '  - model_name: sim-chat', `    litellm_params: { model: openai/sim-chat, api_base: "${simUrl}/v1", api_key: "unused" }`,
+    '  - model_name: sim-chat-stream', `    litellm_params: { model: openai/sim-chat, api_base: "${streamSimUrl}/v1", api_key: "unused" }`,
+    'general_settings:', '  master_key: sk-bench-master',
+    'litellm_settings:', '  telemetry: false', '  drop_params: false',
+  ].join('\n'));
+  const bin = join(ROOT, 'bench/.venv-litellm/bin/litellm');
+  const p = await start('litellm', bin, ['--config', cfg, '--host', '127.0.0.1', '--port', String(40000 + (process.pid % 20000)), '--num_workers', '1'],
+    { env: { LITELLM_LOG: 'ERROR', LITELLM_TELEMETRY: 'False', DISABLE_SCHEMA_UPDATE: 'true' }, ready: /Uvicorn running on (http:\/\/[^\s]+)/, timeoutMs: 120_000 });
+  procs.push(p);
+  return { name: 'litellm', kind: 'litellm', url: p.match[1].replace(/\/$/, ''), pid: p.pid, auth: { authorization: 'Bearer sk-bench-master' }, streamModel: 'sim-chat-stream' };
+}
+
+function direct(simUrl, streamSimUrl, pid, streamPid) {
+  return { name: 'direct', kind: 'direct', url: simUrl, streamUrl: streamSimUrl, pid, streamPid, auth: {}, streamModel: 'sim-chat' };
+}
+
+async function balance(c) {
+  return BigInt(Math.round((await json(`${c.url}/svc/v1/key`, { headers: c.auth })).balance * 1e9));
+}
+
+const headers = (c) => ({ ...c.auth, 'content-type': 'application/json' });
+const acArgs = (c, body) => ['-m', 'POST', ...Object.entries(headers(c)).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-b', body];
+
+/** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
+async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid }) {
+  const before = usage(pid);
+  const stopRss = rssSampler(pid);
+  const bal0 = c.kind === 'tollgate' ? await balance(c) : 0n;
+  const stopProbe = probeBody ? probe(url, { headers: headers(c), body: probeBody }) : null;
+  const ac = await autocannon([...acArgs(c, body), ...extra, url]);
+  const pr = stopProbe ? await stopProbe() : null;
+  const peak = stopRss();
+  const after = usage(pid);
+  const n = ac['2xx'] + (pr?.ok ?? 0);
+  const out = {
+    contender: c.name, scenario: label, requests: ac.requests.total, ok2xx: ac['2xx'], non2xx: ac.non2xx, errors: ac.errors, timeouts: ac.timeouts,
+    qps: Math.round(ac.requests.average), latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
+    probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
+  };
+  out.error_rate = out.requests ? (out.non2xx + out.errors + out.timeouts) / (out.requests + out.errors) : 1;
+  if (c.kind === 'tollgate' && unitCost !== undefined) {
+    await new Promise((r) => setTimeout(r, 300));
+    const delta = bal0 - (await balance(c));
+    out.ledger = { debited: delta.toString(), expected: (unitCost * BigInt(n)).toString(), exact: delta === unitCost * BigInt(n) };
+    if (!out.ledger.exact) { out.ledger_failure = true; log(`LEDGER MISMATCH on ${c.name} ${label}: debited ${delta}, expected ${unitCost * BigInt(n)}`); }
+  }
+  log(`${c.name.padEnd(18)} ${label.padEnd(22)} ${String(out.qps).padStart(6)} req/s  p50 ${out.latency_ms.p50}ms p99 ${out.latency_ms.p99}ms`
+    + `${pr ? `  probe p50 ${pr.p50?.toFixed(0)}µs p99 ${pr.p99?.toFixed(0)}µs` : ''}  cpu ${out.cpu_s_per_1k}s/1k  rss ${out.peak_rss_mb}MB  err ${(out.error_rate * 100).toFixed(2)}%`);
+  return out;
+}
+
+async function unitCosts(c) {
+  if (c.kind !== 'tollgate') return {};
+  const chat = await json(`${c.url}/v1/chat/completions`, { method: 'POST', headers: headers(c), body: CHAT });
+  const s = await (await fetch(`${c.url}/v1/chat/completions`, { method: 'POST', headers: headers(c),
+    body: JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel, stream_options: { include_usage: true } }) })).text();
+  const u = JSON.parse(s.split('\n\n').filter((e) => e.includes('"usage":{')).at(-1).slice(6)).usage;
+  return { chat: price(chat.usage), stream: price(u) };
+}
+
+async function main() {
+  const machine = { cores: cpus().length, cpu: cpus()[0]?.model, memory_gib: +(totalmem() / 2 ** 30).toFixed(1), node: process.version };
+  log('machine', JSON.stringify(machine), QUICK ? '(quick)' : '(full)');
+  const simA = await sim(0);
+  const simB = await sim(1);
+  const contenders = [direct(simA.url, simB.url, simA.pid, simB.pid)];
+  if (!only || only.includes('tollgate-embedded')) contenders.push(await tollgate('tollgate-embedded', simA.url, simB.url, false));
+  if (!only || only.includes('tollgate-pg-redis')) contenders.push(await tollgate('tollgate-pg-redis', simA.url, simB.url, true));
+  if (wantLitellm && (!only || only.includes('litellm'))) contenders.push(await litellm(simA.url, simB.url));
+  const active = contenders.filter((c) => !only || only.includes(c.name));
+  const costs = new Map();
+  for (const c of active) costs.set(c.name, await unitCosts(c));
+  const idle = Object.fromEntries(active.map((c) => [c.name, +(usage(c.pid).rss / 2 ** 20).toFixed(1)]));
+  log('idle RSS MB', JSON.stringify(idle));
+  const results = [];
+  let flip = false;
+  const each = async (fn) => { const order = flip ? [...active].reverse() : active; flip = !flip; for (const c of order) results.push(await fn(c)); };
+  // warm-up so JIT and pools are in their steady state
+  await each((c) => measure(c, 'warmup', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, extra: ['-c', '50', '-a', '3000'] }));
+  for (const rate of PLAN.rates) {
+    await each((c) => measure(c, `chat @${rate} qps`, { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
+      extra: ['-c', '100', '-R', String(rate), '-a', String(rate * PLAN.rateSecs)] }));
+  }
+  // A fixed amount (sized from the warm-up rate) rather than a duration, so no request is cut off at the end
+  // and every one billed is counted: the ledger check stays exact.
+  const warm = new Map(results.filter((r) => r.scenario === 'warmup').map((r) => [r.contender, r.qps]));
+  await each((c) => measure(c, 'chat max qps', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
+    extra: ['-c', '128', '-a', String(Math.max(2000, Math.round((warm.get(c.name) ?? 1000) * 1.5 * PLAN.maxSecs)))] }));
+  for (let round = 0; round < PLAN.streamRounds; round++) {
+    await each((c) => {
+      const body = JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel });
+      return measure(c, `${PLAN.streams} streams`, { url: `${c.kind === 'direct' ? c.streamUrl : c.url}/v1/chat/completions`, body, unitCost: costs.get(c.name).stream,
+        pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), '-a', String(PLAN.streams * 2), '-t', '60'] });
+    });
+  }
+  const keyContenders = active.filter((c) => c.kind === 'tollgate');
+  for (const c of keyContenders) {
+    const ac = await autocannon([...Object.entries(c.auth).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-c', '64', '-d', String(PLAN.keySecs), `${c.url}/svc/v1/key`]);
+    results.push({ contender: c.name, scenario: 'GET /svc/v1/key max qps', qps: Math.round(ac.requests.average), latency_ms: { p50: ac.latency.p50, p99: ac.latency.p99 }, non2xx: ac.non2xx });
+    log(`${c.name.padEnd(18)} GET /svc/v1/key          ${Math.round(ac.requests.average)} req/s`);
+  }
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19);
+  const versions = { tollgate: JSON.parse(execFileSync('node', ['-p', 'JSON.stringify(require("./package.json").version)'], { cwd: ROOT }).toString()),
+    litellm: wantLitellm ? execFileSync(join(ROOT, 'bench/.venv-litellm/bin/python'), ['-c', 'import importlib.metadata as m; print(m.version("litellm"))']).toString().trim() : null,
+    postgres: execFileSync('psql', [PG_ADMIN, '-Atc', 'SHOW server_version']).toString().trim(), redis: execFileSync('redis-server', ['--version']).toString().split(' ')[2] };
+  const report = { date: new Date().toISOString(), mode: QUICK ? 'quick' : 'full', command: `bench/run ${args.join(' ')}`.trim(), machine, versions, plan: PLAN, idle_rss_mb: idle, results };
+  mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
+  const file = join(ROOT, `bench/results/${stamp}-${report.mode}.json`);
+  writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
+  log('wrote', file);
+  const failed = results.some((r) => r.ledger_failure);
+  if (failed) { log('FAILED: a Tollgate run billed something other than Σ priced usage'); process.exitCode = 1; }
+}
+
+const cleanup = async () => {
+  for (const p of procs.reverse()) await stop(p);
+  rmSync(work, { recursive: true, force: true });
+  try { execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS tg_bench_${process.pid} WITH (FORCE)`], { stdio: 'ignore' }); } catch { /* none */ }
+};
+main().catch((e) => { console.error(e); process.exitCode = 1; }).finally(cleanup);

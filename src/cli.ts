@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+// Command-line entry: serve | sim | account ... | key ...  (see README for the contract).
+import { resolve } from 'node:path';
+import { embeddedConfig, loadConfigFile, splitHostPort, ConfigError, type Config } from './config.js';
+import { Gateway } from './server/app.js';
+import { startAdminSocket, callAdmin } from './server/admin.js';
+import { log, setRequestLogging } from './server/log.js';
+import { lockDataDir, DataDirBusy } from './store/lock.js';
+import { openPglite, openPostgres, type Db } from './store/db.js';
+import { Settler } from './ledger/settle.js';
+import { runOp, OpError, credit, type OpArgs } from './ops.js';
+import { createAccount, accountByEmail } from './store/accounts.js';
+import { createKey } from './store/keys.js';
+import { nanoToDecimal } from './ledger/money.js';
+import { startSim } from './sim/index.js';
+
+interface Parsed { positional: string[]; flags: OpArgs }
+
+export function parseArgs(argv: string[]): Parsed {
+  const positional: string[] = [];
+  const flags: OpArgs = {};
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (!a.startsWith('--')) { positional.push(a); continue; }
+    const eq = a.indexOf('=');
+    const name = (eq > 0 ? a.slice(2, eq) : a.slice(2)).replace(/-/g, '_');
+    if (eq > 0) flags[name] = a.slice(eq + 1);
+    else if (name === 'json' || name === 'help') flags[name] = true;
+    else { const v = argv[i + 1]; if (v === undefined) throw new OpError(`--${a.slice(2)} needs a value`); flags[name] = v; i++; }
+  }
+  return { positional, flags };
+}
+
+const USAGE = `usage: tollgate <command>
+  serve [--config FILE] [--data-dir DIR] [--listen HOST:PORT]
+  sim [--listen HOST:PORT] [--token-delay-ms N]
+  account create --email EMAIL [--credit DOLLARS] [--json]
+  account credit ACCOUNT_ID --amount DOLLARS [--reason TEXT] [--json]
+  account show ACCOUNT_ID [--json]
+  key create --account ACCOUNT_ID [--label L] [--scopes llm,voice,batch] [--spend-limit DOLLARS --period daily|monthly] [--rpm N] [--concurrency N] [--json]
+  key revoke PREFIX [--json]
+  key list --account ACCOUNT_ID [--json]
+Every command takes --config FILE / --data-dir DIR to reach the same store as serve.`;
+
+function dataDir(flags: OpArgs): string {
+  return resolve(typeof flags.data_dir === 'string' ? flags.data_dir : process.env.TOLLGATE_DATA_DIR ?? './tollgate-data');
+}
+
+function loadConfig(flags: OpArgs): Config {
+  const base = typeof flags.config === 'string' ? loadConfigFile(flags.config) : embeddedConfig();
+  if (typeof flags.listen !== 'string') return base;
+  const [host, port] = splitHostPort(flags.listen);
+  return Object.freeze({ ...base, listen: { host, port } });
+}
+
+async function serve(flags: OpArgs): Promise<void> {
+  const config = loadConfig(flags);
+  const dir = dataDir(flags);
+  if (process.env.TOLLGATE_LOG_REQUESTS === '0') setRequestLogging(false);
+  const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
+  const gw = new Gateway(config, { dataDir: dir });
+  await gw.start();
+  const s = gw.services;
+  const deps = { db: s.db, settler: s.settler, onKey: (k: Parameters<typeof s.cache.putKey>[0]) => s.cache.putKey(k) };
+  const admin = s.db.kind === 'pglite' ? await startAdminSocket(dir, deps) : null;
+  const base = gw.baseUrl;
+  let firstKey: string | null = null;
+  if (config.embedded && !(await accountByEmail(s.db, config.demo.email))) {
+    const acct = await createAccount(s.db, config.demo.email);
+    await credit(deps, acct.id, config.demo.credit, 'sandbox credit for the demo account', `credit:demo:${acct.id}`);
+    firstKey = (await createKey(s.db, { accountId: acct.id, label: 'first key' })).key;
+  }
+  const lines = [
+    `Tollgate is running${config.embedded ? ` on its embedded default (PGlite in ${dir}, in-process limits, simulated upstream "sim", payment sandbox)` : ''}.`,
+    `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`,
+    `  ElevenLabs-shaped API: ${base}/beta/v1`,
+    `  Console:               ${base}/console`,
+    firstKey
+      ? `  API key (shown once):  ${firstKey}\n                         for ${config.demo.email}, with $${nanoToDecimal(config.demo.credit)} of sandbox credit`
+      : '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`',
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+  log('info', 'listening', { base_url: base, port: gw.port, store: s.db.kind, limits: s.limiter.kind });
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log('info', 'draining', { signal });
+    admin?.close();
+    await gw.stop();
+    unlock();
+    log('info', 'stopped', {});
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+async function simCommand(flags: OpArgs): Promise<void> {
+  const [host, port] = splitHostPort(typeof flags.listen === 'string' ? flags.listen : '127.0.0.1:8090');
+  const delay = typeof flags.token_delay_ms === 'string' ? Number(flags.token_delay_ms) : 0;
+  const sim = await startSim({ host, port, tokenDelayMs: delay });
+  process.stdout.write(`${JSON.stringify({ msg: 'sim listening', url: sim.url, note: 'simulated upstream: test infrastructure, not a model' })}\n`);
+  const stop = () => { void sim.close().then(() => process.exit(0)); };
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
+}
+
+async function operator(command: string, positional: string[], flags: OpArgs): Promise<void> {
+  const args: OpArgs = { ...flags };
+  if (command === 'account credit' || command === 'account show') args.account_id = positional[0];
+  if (command === 'key revoke') args.prefix = positional[0];
+  const config = loadConfig(flags);
+  const dir = dataDir(flags);
+  let result: Record<string, unknown>;
+  if (!config.databaseUrl) {
+    const remote = await callAdmin(dir, command, args);
+    if (remote) {
+      if (!remote.ok) throw new OpError(remote.error ?? 'failed');
+      result = remote.result!;
+    } else result = await withStore(config, dir, (db) => runOp({ db, settler: new Settler(db, noListener) }, command, args));
+  } else result = await withStore(config, dir, (db) => runOp({ db, settler: new Settler(db, noListener) }, command, args));
+  if (flags.json) process.stdout.write(`${JSON.stringify(result)}\n`);
+  else process.stdout.write(`${human(result)}\n`);
+}
+
+const noListener = { balance: () => undefined, spend: () => undefined };
+
+async function withStore<T>(config: Config, dir: string, fn: (db: Db) => Promise<T>): Promise<T> {
+  const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
+  let db: Db | undefined;
+  try {
+    db = config.databaseUrl ? await openPostgres(config.databaseUrl, 2) : await openPglite(dir);
+    return await fn(db);
+  } finally {
+    await db?.close();
+    unlock();
+  }
+}
+
+function human(o: Record<string, unknown>, indent = ''): string {
+  return Object.entries(o).map(([k, v]) => {
+    if (Array.isArray(v)) return `${indent}${k}:${v.length ? '' : ' (none)'}\n${v.map((x) => (typeof x === 'object' && x ? `${human(x as Record<string, unknown>, `${indent}    `).replace(/^\s+/, `${indent}  - `)}` : `${indent}  - ${String(x)}`)).join('\n')}`;
+    return `${indent}${k}: ${v === null ? '-' : String(v)}`;
+  }).join('\n');
+}
+
+async function main(): Promise<void> {
+  const { positional, flags } = parseArgs(process.argv.slice(2));
+  const [cmd, sub, ...rest] = positional;
+  if (!cmd || flags.help) { process.stdout.write(`${USAGE}\n`); process.exit(cmd ? 0 : 2); }
+  if (cmd === 'serve') return serve(flags);
+  if (cmd === 'sim') return simCommand(flags);
+  if ((cmd === 'account' || cmd === 'key') && sub) return operator(`${cmd} ${sub}`, rest, flags);
+  throw new OpError(`unknown command "${positional.join(' ')}"\n${USAGE}`);
+}
+
+main().catch((e: unknown) => {
+  if (e instanceof OpError || e instanceof ConfigError || e instanceof DataDirBusy) {
+    process.stderr.write(`tollgate: ${e.message}\n`);
+    process.exit(2);
+  }
+  process.stderr.write(`tollgate: ${(e as Error)?.stack ?? String(e)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,219 @@
+// The config file's TypeBox schema, the embedded default, and load-validate-freeze at start-up.
+import { readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { Type, type Static } from '@sinclair/typebox';
+import { Value } from '@sinclair/typebox/value';
+import { dollarsToNano, type Nanodollars } from './ledger/money.js';
+
+const Dollars = Type.Union([Type.String({ pattern: '^\\d+(\\.\\d{1,9})?$' }), Type.Number({ minimum: 0 })]);
+const EnvName = Type.String({ pattern: '^[A-Z_][A-Z0-9_]*$', description: 'name of an environment variable' });
+
+const Upstream = Type.Object({
+  base_url: Type.Optional(Type.String({ pattern: '^https?://' })),
+  sim: Type.Optional(Type.Object({ token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
+  api_key_env: Type.Optional(EnvName),
+  timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
+  responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself' }),
+  continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
+}, { additionalProperties: false });
+
+const Model = Type.Object({
+  id: Type.String({ minLength: 1 }),
+  upstream: Type.String({ minLength: 1 }),
+  upstream_model: Type.Optional(Type.String({ minLength: 1 })),
+  aliases: Type.Array(Type.String({ minLength: 1 }), { default: [] }),
+  kind: Type.Union([Type.Literal('chat'), Type.Literal('embedding')]),
+  description: Type.Optional(Type.String()),
+  simulated: Type.Boolean({ default: false }),
+  input_per_mtok: Dollars,
+  output_per_mtok: Dollars,
+  max_output_tokens: Type.Integer({ minimum: 1, default: 8192 }),
+}, { additionalProperties: false });
+
+export const ConfigSchema = Type.Object({
+  listen: Type.String({ pattern: '^[^:]+:\\d+$', default: '127.0.0.1:8080' }),
+  public_url: Type.Optional(Type.String({ pattern: '^https?://' })),
+  database: Type.Optional(Type.Object({ url_env: EnvName, pool_size: Type.Integer({ minimum: 1, default: 10 }) }, { additionalProperties: false })),
+  redis: Type.Optional(Type.Object({ url_env: EnvName, key_prefix: Type.String({ default: 'tollgate:' }) }, { additionalProperties: false })),
+  limits: Type.Object({
+    default_rpm: Type.Integer({ minimum: 1, default: 600 }),
+    default_concurrency: Type.Integer({ minimum: 1, default: 32 }),
+    max_body_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024 }),
+  }, { additionalProperties: false, default: {} }),
+  upstreams: Type.Record(Type.String({ pattern: '^[a-z0-9_-]+$' }), Upstream),
+  models: Type.Array(Model, { minItems: 1 }),
+  payments: Type.Object({
+    provider: Type.Union([Type.Literal('sandbox'), Type.Literal('stripe')], { default: 'sandbox' }),
+    secret_key_env: Type.Optional(EnvName),
+    webhook_secret_env: Type.Optional(EnvName),
+    api_base: Type.Optional(Type.String({ pattern: '^https?://', description: "Stripe's API host; tests point it at a local stand-in" })),
+    currency: Type.String({ default: 'usd' }),
+  }, { additionalProperties: false, default: { provider: 'sandbox', currency: 'usd' } }),
+  console: Type.Object({
+    secure_cookies: Type.Optional(Type.Boolean({ description: 'defaults to true when public_url is https' })),
+  }, { additionalProperties: false, default: {} }),
+  demo: Type.Object({
+    credit: Dollars,
+    email: Type.String({ default: 'demo@tollgate.local' }),
+  }, { additionalProperties: false, default: { credit: '10', email: 'demo@tollgate.local' } }),
+}, { additionalProperties: false });
+
+export type RawConfig = Static<typeof ConfigSchema>;
+
+export interface ModelConfig {
+  id: string;
+  upstream: string;
+  upstreamModel: string;
+  aliases: string[];
+  kind: 'chat' | 'embedding';
+  description: string | undefined;
+  simulated: boolean;
+  inputPerMTok: Nanodollars;
+  outputPerMTok: Nanodollars;
+  maxOutputTokens: number;
+}
+
+export interface UpstreamConfig {
+  name: string;
+  baseUrl: string | undefined;
+  sim: { tokenDelayMs: number } | undefined;
+  apiKeyEnv: string | undefined;
+  timeoutMs: number;
+  responsesApi: boolean;
+  continuousUsage: boolean;
+}
+
+export interface Config {
+  listen: { host: string; port: number };
+  publicUrl: string | undefined;
+  databaseUrl: string | undefined;
+  poolSize: number;
+  redisUrl: string | undefined;
+  redisPrefix: string;
+  limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number };
+  upstreams: Map<string, UpstreamConfig>;
+  models: ModelConfig[];
+  demo: { credit: Nanodollars; email: string };
+  payments: { provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string };
+  console: { secureCookies: boolean };
+  embedded: boolean;
+}
+
+export class ConfigError extends Error {}
+
+/** The embedded default: one simulated chat model priced as the seed's 27B model, one embedding model. */
+export const EMBEDDED_DEFAULT: unknown = {
+  upstreams: { sim: { sim: {} } },
+  models: [
+    { id: 'sim-chat', upstream: 'sim', aliases: ['tollgate-27b'], kind: 'chat', simulated: true,
+      description: 'Simulated chat model (test infrastructure), priced as a 27B text model',
+      input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
+    { id: 'sim-reasoner', upstream: 'sim', kind: 'chat', simulated: true,
+      description: 'Simulated reasoning chat model (test infrastructure)',
+      input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
+    { id: 'sim-embed', upstream: 'sim', kind: 'embedding', simulated: true,
+      description: 'Simulated embedding model (test infrastructure)',
+      input_per_mtok: '0.02', output_per_mtok: '0', max_output_tokens: 1 },
+  ],
+};
+
+export function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Config {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (e) {
+    throw new ConfigError(`config ${path}: ${(e as Error).message}`);
+  }
+  return buildConfig(raw, env, false, path);
+}
+
+export function embeddedConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  return buildConfig(structuredClone(EMBEDDED_DEFAULT), env, true, 'embedded default');
+}
+
+function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, source: string): Config {
+  const withDefaults = Value.Default(ConfigSchema, Value.Clone(raw)) as Record<string, unknown>;
+  // Value.Default does not reach into Record values: fill each upstream's defaults itself.
+  const ups = withDefaults?.upstreams;
+  if (ups && typeof ups === 'object') {
+    for (const [k, v] of Object.entries(ups)) (ups as Record<string, unknown>)[k] = Value.Default(Upstream, v);
+  }
+  const errors = [...Value.Errors(ConfigSchema, withDefaults)];
+  if (errors.length > 0) {
+    const lines = errors.slice(0, 10).map((e) => `  ${e.path || '/'}: ${e.message}`);
+    throw new ConfigError(`config ${source} is invalid:\n${[...new Set(lines)].join('\n')}`);
+  }
+  const c = withDefaults as RawConfig;
+  const fail = (field: string, msg: string): never => { throw new ConfigError(`config ${source} is invalid:\n  ${field}: ${msg}`); };
+  const upstreams = new Map<string, UpstreamConfig>();
+  for (const [name, u] of Object.entries(c.upstreams)) {
+    if (!u.base_url === !u.sim) fail(`/upstreams/${name}`, 'set exactly one of base_url or sim');
+    if (u.api_key_env && env[u.api_key_env] === undefined) fail(`/upstreams/${name}/api_key_env`, `environment variable ${u.api_key_env} is not set`);
+    upstreams.set(name, {
+      name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0 } : undefined,
+      apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms, responsesApi: u.responses_api,
+      continuousUsage: u.continuous_usage_stats || Boolean(u.sim),
+    });
+  }
+  const seen = new Set<string>();
+  const models = c.models.map((m, i): ModelConfig => {
+    if (!upstreams.has(m.upstream)) fail(`/models/${i}/upstream`, `no upstream named "${m.upstream}"`);
+    for (const name of [m.id, ...m.aliases]) {
+      if (seen.has(name)) fail(`/models/${i}/id`, `model id or alias "${name}" is used twice`);
+      seen.add(name);
+    }
+    return {
+      id: m.id, upstream: m.upstream, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
+      description: m.description, simulated: m.simulated,
+      inputPerMTok: dollarsToNano(m.input_per_mtok), outputPerMTok: dollarsToNano(m.output_per_mtok),
+      maxOutputTokens: m.max_output_tokens,
+    };
+  });
+  const [host, portText] = splitHostPort(c.listen);
+  const databaseUrl = c.database ? env[c.database.url_env] : undefined;
+  if (c.database && !databaseUrl) fail('/database/url_env', `environment variable ${c.database.url_env} is not set`);
+  const redisUrl = c.redis ? env[c.redis.url_env] : undefined;
+  if (c.redis && !redisUrl) fail('/redis/url_env', `environment variable ${c.redis.url_env} is not set`);
+  const p = c.payments;
+  if (p.provider === 'stripe') {
+    if (!p.secret_key_env) fail('/payments/secret_key_env', 'the stripe provider needs secret_key_env');
+    if (!p.webhook_secret_env) fail('/payments/webhook_secret_env', 'the stripe provider needs webhook_secret_env');
+  }
+  for (const f of ['secret_key_env', 'webhook_secret_env'] as const) {
+    const name = p[f];
+    if (name && env[name] === undefined) fail(`/payments/${f}`, `environment variable ${name} is not set`);
+  }
+  const config: Config = {
+    listen: { host, port: portText },
+    publicUrl: c.public_url?.replace(/\/+$/, ''),
+    databaseUrl, poolSize: c.database?.pool_size ?? 1,
+    redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',
+    limits: { defaultRpm: c.limits.default_rpm, defaultConcurrency: c.limits.default_concurrency, maxBodyBytes: c.limits.max_body_bytes },
+    upstreams, models,
+    demo: { credit: dollarsToNano(c.demo.credit), email: c.demo.email },
+    payments: {
+      provider: p.provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''),
+      secretKey: p.secret_key_env ? env[p.secret_key_env] : undefined,
+      // The sandbox signs its own events: a per-process secret unless one is configured.
+      webhookSecret: p.webhook_secret_env ? env[p.webhook_secret_env]! : `whsec_sandbox_${randomBytes(24).toString('hex')}`,
+    },
+    console: { secureCookies: c.console.secure_cookies ?? (c.public_url?.startsWith('https://') ?? false) },
+    embedded,
+  };
+  return deepFreeze(config);
+}
+
+export function splitHostPort(text: string): [string, number] {
+  const i = text.lastIndexOf(':');
+  const port = Number(text.slice(i + 1));
+  if (i <= 0 || !Number.isInteger(port) || port < 0 || port > 65535) throw new ConfigError(`listen address must be HOST:PORT, got "${text}"`);
+  return [text.slice(0, i).replace(/^\[|\]$/g, ''), port];
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o && typeof o === 'object' && !(o instanceof Map)) {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}

@@ -1,0 +1,107 @@
+// Sign-up, log-in and log-out: forms, argon2id password checks, throttling and the session cookie.
+import type { Services } from '../../server/app.js';
+import type { Ctx } from '../../server/context.js';
+import { html, type Html } from '../html.js';
+import { barePage, csrfField, notice } from '../layout.js';
+import { parseForm, query, redirect, sendHtml } from '../http.js';
+import { burnVerify, hashPassword, verifyPassword } from '../password.js';
+import { createSession, createUser, deleteSession, EmailTaken, recordAttempt, userByEmail, type ConsoleUser, type Session } from '../store.js';
+import { checkPreCsrf, clearSessionCookie, preToken, safeNext, sessionCookie, throttle } from '../session.js';
+
+const EMAIL_RE = /^[^\s@<>"']+@[^\s@<>"']+\.[^\s@<>"']+$/;
+const MIN_PASSWORD = 10;
+const MAX_PASSWORD = 256;
+
+const DONE: Record<string, string> = {
+  'logged-out': 'You have been logged out.',
+};
+
+interface FormState { email?: string; error?: string; next?: string; info?: string }
+
+function loginForm(csrf: string, st: FormState): Html {
+  return barePage('Log in', html`<div class="card"><h1>Log in</h1><p class="muted">Manage your API keys, usage and balance.</p>
+${notice('err', st.error)}${notice('info', st.info)}
+<form method="post" action="/console/login">${csrfField(csrf)}<input type="hidden" name="next" value="${st.next ?? ''}">
+<div class="field"><label for="email">Email</label><input id="email" name="email" type="email" autocomplete="username" required value="${st.email ?? ''}" autofocus></div>
+<div class="field"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="current-password" required></div>
+<button type="submit">Log in</button></form></div>
+<p class="alt">New to Tollgate? <a href="/console/signup">Create an account</a></p>`);
+}
+
+function signupForm(csrf: string, st: FormState): Html {
+  return barePage('Create an account', html`<div class="card"><h1>Create an account</h1>
+<p class="muted">One prepaid balance for every model behind Tollgate.</p>${notice('err', st.error)}
+<form method="post" action="/console/signup">${csrfField(csrf)}
+<div class="field"><label for="email">Email</label><input id="email" name="email" type="email" autocomplete="email" required value="${st.email ?? ''}" autofocus></div>
+<div class="field"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="new-password" required minlength="${MIN_PASSWORD}">
+<div class="hint">At least ${MIN_PASSWORD} characters.</div></div>
+<button type="submit">Create account</button></form></div>
+<p class="alt">Already have an account? <a href="/console/login">Log in</a></p>`);
+}
+
+function sendForm(s: Services, ctx: Ctx, status: number, render: (csrf: string) => Html): void {
+  const pre = preToken(s, ctx);
+  sendHtml(s, ctx, status, render(pre.token), pre.setCookie ? { 'set-cookie': pre.setCookie } : {});
+}
+
+export async function showLogin(s: Services, ctx: Ctx, session: Session | null): Promise<void> {
+  const q = query(ctx);
+  if (session) { redirect(s, ctx, safeNext(q.get('next'))); return; }
+  sendForm(s, ctx, 200, (csrf) => loginForm(csrf, { next: q.get('next') ?? '', info: DONE[q.get('done') ?? ''] }));
+}
+
+export async function showSignup(s: Services, ctx: Ctx, session: Session | null): Promise<void> {
+  if (session) { redirect(s, ctx, '/console/keys'); return; }
+  sendForm(s, ctx, 200, (csrf) => signupForm(csrf, {}));
+}
+
+function normalEmail(v: string | null): string {
+  return (v ?? '').trim().toLowerCase();
+}
+
+export async function login(s: Services, ctx: Ctx, body: Buffer | null): Promise<void> {
+  const form = parseForm(ctx, body);
+  checkPreCsrf(ctx, form);
+  const email = normalEmail(form.get('email'));
+  const password = form.get('password') ?? '';
+  const next = form.get('next') ?? '';
+  await throttle(s, 'login', ctx.remoteAddress, email);
+  const user = email && password.length <= MAX_PASSWORD ? await userByEmail(s.db, email) : null;
+  let ok = false;
+  if (user) ok = await verifyPassword(password, user.passwordHash);
+  else await burnVerify(password.slice(0, MAX_PASSWORD));
+  if (!user || !ok) {
+    await recordAttempt(s.db, 'login', ctx.remoteAddress, email);
+    sendForm(s, ctx, 401, (csrf) => loginForm(csrf, { email, next, error: 'That email and password do not match an account.' }));
+    return;
+  }
+  const { token } = await createSession(s.db, user.id);
+  redirect(s, ctx, safeNext(next), { 'set-cookie': sessionCookie(s, token) });
+}
+
+export async function signup(s: Services, ctx: Ctx, body: Buffer | null): Promise<void> {
+  const form = parseForm(ctx, body);
+  checkPreCsrf(ctx, form);
+  const email = normalEmail(form.get('email'));
+  const password = form.get('password') ?? '';
+  const again = (error: string, status = 422) => sendForm(s, ctx, status, (csrf) => signupForm(csrf, { email, error }));
+  if (!EMAIL_RE.test(email) || email.length > 254) return again('Enter a valid email address.');
+  if (password.length < MIN_PASSWORD) return again(`Choose a password of at least ${MIN_PASSWORD} characters.`);
+  if (password.length > MAX_PASSWORD) return again(`Choose a password of at most ${MAX_PASSWORD} characters.`);
+  await throttle(s, 'signup', ctx.remoteAddress, email);
+  await recordAttempt(s.db, 'signup', ctx.remoteAddress, email);
+  let user: ConsoleUser;
+  try {
+    user = await createUser(s.db, email, await hashPassword(password));
+  } catch (e) {
+    if (e instanceof EmailTaken) return again('An account with this email exists already. Log in instead.', 409);
+    throw e;
+  }
+  const { token } = await createSession(s.db, user.id);
+  redirect(s, ctx, '/console/keys?done=welcome', { 'set-cookie': sessionCookie(s, token) });
+}
+
+export async function logout(s: Services, ctx: Ctx, session: Session): Promise<void> {
+  await deleteSession(s.db, session.tokenHash);
+  redirect(s, ctx, '/console/login?done=logged-out', { 'set-cookie': clearSessionCookie(s) });
+}

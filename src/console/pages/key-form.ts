@@ -1,0 +1,75 @@
+// The key form (create and edit): its fields, rendering with the values entered, and parsing into limits.
+import { SCOPES, type Period, type Scope } from '../../store/keys.js';
+import { dollarsToNano, nanoToDecimal, type Nanodollars } from '../../ledger/money.js';
+import { attr, html, type Html } from '../html.js';
+
+export interface KeyFields { label: string; scopes: string[]; spendLimit: string; period: string; rpm: string; concurrency: string }
+
+export interface KeyInput {
+  label: string;
+  scopes: Scope[];
+  spendLimit: Nanodollars | null;
+  period: Period;
+  rpm: number | null;
+  concurrency: number | null;
+}
+
+const SCOPE_HELP: Record<Scope, string> = { llm: 'text and embeddings', voice: 'speech', batch: 'batch jobs' };
+const MAX_RPM = 1_000_000;
+const MAX_CONCURRENCY = 100_000;
+
+export const EMPTY_FIELDS: KeyFields = { label: '', scopes: [...SCOPES], spendLimit: '', period: 'monthly', rpm: '', concurrency: '' };
+
+export function fieldsFromForm(f: URLSearchParams): KeyFields {
+  return {
+    label: (f.get('label') ?? '').trim(), scopes: f.getAll('scopes'), spendLimit: (f.get('spend_limit') ?? '').trim(),
+    period: f.get('period') ?? 'monthly', rpm: (f.get('rpm') ?? '').trim(), concurrency: (f.get('concurrency') ?? '').trim(),
+  };
+}
+
+export function fieldsFromKey(k: { label: string; scopes: Scope[]; spendLimit: bigint | null; spendLimitPeriod: Period | null; rpmLimit: number | null; concurrencyLimit: number | null }): KeyFields {
+  return {
+    label: k.label, scopes: k.scopes, spendLimit: k.spendLimit === null ? '' : nanoToDecimal(k.spendLimit),
+    period: k.spendLimitPeriod ?? 'monthly', rpm: k.rpmLimit?.toString() ?? '', concurrency: k.concurrencyLimit?.toString() ?? '',
+  };
+}
+
+function optionalInt(text: string, name: string, max: number): number | null {
+  if (text === '') return null;
+  if (!/^\d+$/.test(text) || Number(text) < 1 || Number(text) > max) throw new RangeError(`${name} must be a whole number from 1 to ${max.toLocaleString('en-US')}, or empty for the default.`);
+  return Number(text);
+}
+
+/** Parses the fields, or throws a RangeError whose message names the field for the person filling it in. */
+export function parseKeyFields(v: KeyFields, withScopes: boolean): KeyInput {
+  if (v.label.length > 100) throw new RangeError('The label can be at most 100 characters.');
+  const scopes = [...new Set(v.scopes)];
+  if (withScopes) {
+    for (const sc of scopes) if (!SCOPES.includes(sc as Scope)) throw new RangeError(`Unknown scope "${sc}".`);
+    if (scopes.length === 0) throw new RangeError('Pick at least one scope.');
+  }
+  let spendLimit: Nanodollars | null = null;
+  if (v.spendLimit !== '') {
+    const text = v.spendLimit.replace(/^\$/, '').replace(/,/g, '');
+    try { spendLimit = dollarsToNano(text); } catch { throw new RangeError('The spend ceiling must be a dollar amount such as 25 or 2.50.'); }
+    if (spendLimit < 0n || spendLimit > 1_000_000_000n * 1_000_000_000n) throw new RangeError('The spend ceiling must be between $0 and $1,000,000,000.');
+  }
+  if (v.period !== 'daily' && v.period !== 'monthly') throw new RangeError('The ceiling period must be daily or monthly.');
+  return {
+    label: v.label, scopes: scopes as Scope[], spendLimit, period: v.period,
+    rpm: optionalInt(v.rpm, 'Requests per minute', MAX_RPM), concurrency: optionalInt(v.concurrency, 'Concurrent requests', MAX_CONCURRENCY),
+  };
+}
+
+export function keyFormFields(v: KeyFields, defaults: { rpm: number; concurrency: number }, opts: { scopes: boolean }): Html {
+  const scopes = opts.scopes ? html`<div class="field"><label>Scopes</label><div class="checks">${SCOPES.map((sc) =>
+    html`<label><input type="checkbox" name="scopes" value="${sc}"${attr('checked', v.scopes.includes(sc))}> ${sc} <span class="faint">(${SCOPE_HELP[sc]})</span></label>`)}</div></div>` : '';
+  return html`<div class="field"><label for="label">Label</label><input id="label" name="label" type="text" maxlength="100" value="${v.label}" placeholder="e.g. production backend"></div>
+${scopes}
+<div class="row"><div class="field"><label for="spend_limit">Spend ceiling (USD)</label><input id="spend_limit" name="spend_limit" type="text" inputmode="decimal" value="${v.spendLimit}" placeholder="none"></div>
+<div class="field"><label for="period">Ceiling period</label><select id="period" name="period">
+<option value="monthly"${attr('selected', v.period !== 'daily')}>per month (UTC)</option><option value="daily"${attr('selected', v.period === 'daily')}>per day (UTC)</option></select></div>
+<div class="field"><label for="rpm">Requests per minute</label><input id="rpm" name="rpm" type="text" inputmode="numeric" value="${v.rpm}" placeholder="default (${defaults.rpm})"></div>
+<div class="field"><label for="concurrency">Concurrent requests</label><input id="concurrency" name="concurrency" type="text" inputmode="numeric" value="${v.concurrency}" placeholder="default (${defaults.concurrency})"></div></div>
+<p class="hint form-hint">With a ceiling, requests are refused once the key has spent that much in the period. Empty rate fields use the defaults.</p>`;
+}

@@ -1,0 +1,73 @@
+// Usage: daily spend over the last 30 days by key and by product (inline SVG), and the latest billed requests.
+import { keysOfAccount } from '../../store/keys.js';
+import { html, type Html } from '../html.js';
+import { count, usd, utc } from '../format.js';
+import { legend, stackedBars, topSeries, type Series } from '../chart.js';
+import { dailySpend, latestEntries, type DailySpend, type LedgerRow } from '../store.js';
+import { show, type Req } from '../page.js';
+
+const DAYS = 30;
+const RECENT = 50;
+
+function lastDays(now: Date): string[] {
+  const end = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate());
+  return Array.from({ length: DAYS }, (_, i) => new Date(end - (DAYS - 1 - i) * 86_400_000).toISOString().slice(0, 10));
+}
+
+function seriesBy(rows: DailySpend[], days: string[], name: (r: DailySpend) => string): Series[] {
+  const index = new Map(days.map((d, i) => [d, i]));
+  const out = new Map<string, Series>();
+  for (const r of rows) {
+    const i = index.get(r.day);
+    if (i === undefined) continue;
+    const n = name(r);
+    let s = out.get(n);
+    if (!s) out.set(n, s = { name: n, values: new Array<bigint>(days.length).fill(0n) });
+    s.values[i]! += r.spent;
+  }
+  return topSeries([...out.values()], days.length);
+}
+
+function units(e: LedgerRow): Html {
+  if (e.inputTokens === null && e.outputTokens === null) return html`<span class="faint">—</span>`;
+  return html`${count(e.inputTokens ?? 0)} in · ${count(e.outputTokens ?? 0)} out`;
+}
+
+function recentTable(rows: LedgerRow[]): Html {
+  if (rows.length === 0) return html`<div class="empty">No billed requests yet. Requests appear here as soon as they are settled.</div>`;
+  return html`<table id="recent"><thead><tr><th>Time</th><th>Key</th><th>Product</th><th>Model</th><th class="num">Tokens</th><th class="num">Cost</th></tr></thead><tbody>
+${rows.map((e) => html`<tr><td class="small">${utc(e.at, true)}</td><td>${e.keyPrefix ? html`<code>${e.keyPrefix}…</code>` : html`<span class="faint">—</span>`}</td>
+<td>${e.reason}</td><td>${e.model ?? '—'}</td><td class="num small">${units(e)}</td><td class="num">${usd(-e.amount)}</td></tr>`)}</tbody></table>`;
+}
+
+function chartCard(id: string, title: string, days: string[], series: Series[]): Html {
+  return html`<div class="card flush" id="${id}"><div class="card-head"><h2>${title}</h2><span class="muted small">last ${DAYS} days, UTC</span></div>
+<div class="chart-wrap">${stackedBars(title, days, series)}</div>${series.length ? legend(series) : ''}</div>`;
+}
+
+export async function usagePage(r: Req): Promise<void> {
+  const accountId = r.session.user.accountId;
+  const days = lastDays(new Date());
+  const since = new Date(`${days[0]}T00:00:00Z`);
+  const [rows, recent, keys] = await Promise.all([
+    dailySpend(r.s.db, accountId, since), latestEntries(r.s.db, accountId, RECENT, 'debit'), keysOfAccount(r.s.db, accountId),
+  ]);
+  const labels = new Map(keys.map((k) => [k.prefix, k.label]));
+  const byKey = seriesBy(rows, days, (x) => {
+    if (!x.keyPrefix) return 'no key';
+    const label = labels.get(x.keyPrefix);
+    return label ? `${x.keyPrefix}… (${label})` : `${x.keyPrefix}…`;
+  });
+  const byProduct = seriesBy(rows, days, (x) => x.product);
+  const total = rows.reduce((a, x) => a + x.spent, 0n);
+  const today = rows.filter((x) => x.day === days[days.length - 1]).reduce((a, x) => a + x.spent, 0n);
+  const requests = rows.reduce((a, x) => a + x.requests, 0);
+  const body = html`<div class="head"><div><h1>Usage</h1><p class="muted">What your keys spent, per day, from the ledger.</p></div></div>
+<div class="grid g3"><div class="card"><div class="muted small">Spend, last ${DAYS} days</div><div class="stat">${usd(total)}</div></div>
+<div class="card"><div class="muted small">Spend today (UTC)</div><div class="stat">${usd(today)}</div></div>
+<div class="card"><div class="muted small">Billed requests, last ${DAYS} days</div><div class="stat">${count(requests)}</div></div></div>
+${chartCard('by-key', 'Daily spend by key', days, byKey)}
+${chartCard('by-product', 'Daily spend by product', days, byProduct)}
+<div class="card flush"><div class="card-head"><h2>Recent requests</h2><a class="btn secondary sm" href="/console/billing/ledger.csv" download>Download CSV</a></div>${recentTable(recent)}</div>`;
+  await show(r, 'Usage', 'usage', body);
+}

@@ -1,0 +1,137 @@
+// The console's SQL: users and sessions, rate-limit attempts, and the ledger reads behind the billing and usage pages.
+import { createHash, randomBytes } from 'node:crypto';
+import type { Db, Queryable } from '../store/db.js';
+import { createAccount } from '../store/accounts.js';
+import { base62 } from '../store/ids.js';
+
+export interface ConsoleUser { id: string; email: string; accountId: string; passwordHash: string }
+export interface Session { tokenHash: string; csrf: string; user: ConsoleUser }
+
+export const SESSION_TTL_MS = 14 * 24 * 3600_000;
+
+function toUser(r: Record<string, unknown>): ConsoleUser {
+  return { id: r.id as string, email: r.email as string, accountId: r.account_id as string, passwordHash: r.password_hash as string };
+}
+
+export function hashToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+export function newToken(): string {
+  return randomBytes(32).toString('base64url');
+}
+
+export class EmailTaken extends Error {}
+
+/** A Tollgate account and its console user, in one transaction; the email must be new to both. */
+export async function createUser(db: Db, email: string, passwordHash: string): Promise<ConsoleUser> {
+  try {
+    return await db.tx(async (c) => {
+      const acct = await createAccount(c, email);
+      const res = await c.query(
+        'INSERT INTO console_users (id, email, password_hash, account_id) VALUES ($1, $2, $3, $4) RETURNING *',
+        [`usr_${base62(16)}`, email, passwordHash, acct.id]);
+      return toUser(res.rows[0]!);
+    });
+  } catch (e) {
+    if ((e as { code?: string }).code === '23505') throw new EmailTaken(email);
+    throw e;
+  }
+}
+
+export async function userByEmail(db: Queryable, email: string): Promise<ConsoleUser | null> {
+  const res = await db.query('SELECT * FROM console_users WHERE email = $1', [email]);
+  return res.rows[0] ? toUser(res.rows[0]) : null;
+}
+
+export async function createSession(db: Queryable, userId: string): Promise<{ token: string; csrf: string }> {
+  const token = newToken();
+  const csrf = newToken();
+  await db.query('INSERT INTO console_sessions (token_hash, user_id, csrf_token, expires_at) VALUES ($1, $2, $3, $4)',
+    [hashToken(token), userId, csrf, new Date(Date.now() + SESSION_TTL_MS)]);
+  // Expired sessions of anyone are swept now and then rather than by a timer.
+  if (Math.random() < 0.05) await db.query('DELETE FROM console_sessions WHERE expires_at < now()');
+  return { token, csrf };
+}
+
+export async function sessionByToken(db: Queryable, token: string): Promise<Session | null> {
+  const res = await db.query(
+    `SELECT s.token_hash, s.csrf_token, u.* FROM console_sessions s JOIN console_users u ON u.id = s.user_id
+      WHERE s.token_hash = $1 AND s.expires_at > now()`, [hashToken(token)]);
+  const r = res.rows[0];
+  return r ? { tokenHash: r.token_hash as string, csrf: r.csrf_token as string, user: toUser(r) } : null;
+}
+
+export async function deleteSession(db: Queryable, tokenHash: string): Promise<void> {
+  await db.query('DELETE FROM console_sessions WHERE token_hash = $1', [tokenHash]);
+}
+
+export type AttemptKind = 'login' | 'signup';
+
+/** Failed attempts in the window, by this IP and by this email. */
+export async function recentAttempts(db: Queryable, kind: AttemptKind, ip: string, email: string, windowMs: number): Promise<{ ip: number; email: number }> {
+  const since = new Date(Date.now() - windowMs);
+  const res = await db.query(
+    `SELECT (SELECT count(*) FROM console_attempts WHERE kind = $1 AND ip = $2 AND at > $4)::int AS by_ip,
+            (SELECT count(*) FROM console_attempts WHERE kind = $1 AND email = $3 AND at > $4)::int AS by_email`,
+    [kind, ip, email, since]);
+  return { ip: res.rows[0]!.by_ip as number, email: res.rows[0]!.by_email as number };
+}
+
+export async function recordAttempt(db: Queryable, kind: AttemptKind, ip: string, email: string): Promise<void> {
+  await db.query('INSERT INTO console_attempts (kind, ip, email) VALUES ($1, $2, $3)', [kind, ip, email]);
+  if (Math.random() < 0.05) await db.query(`DELETE FROM console_attempts WHERE at < now() - interval '1 day'`);
+}
+
+export interface LedgerRow {
+  id: bigint;
+  at: Date;
+  kind: 'credit' | 'debit';
+  amount: bigint;
+  reason: string;
+  model: string | null;
+  keyPrefix: string | null;
+  inputTokens: number | null;
+  outputTokens: number | null;
+}
+
+const LEDGER_COLS = `l.id, l.created_at, l.kind, l.amount_nd, l.reason, l.model, k.prefix,
+  (l.usage->>'input_tokens')::bigint AS input_tokens, (l.usage->>'output_tokens')::bigint AS output_tokens`;
+
+function toLedger(r: Record<string, unknown>): LedgerRow {
+  const n = (v: unknown) => (v === null || v === undefined ? null : Number(v as bigint));
+  return {
+    id: r.id as bigint, at: r.created_at as Date, kind: r.kind as 'credit' | 'debit', amount: r.amount_nd as bigint,
+    reason: r.reason as string, model: (r.model as string | null) ?? null, keyPrefix: (r.prefix as string | null) ?? null,
+    inputTokens: n(r.input_tokens), outputTokens: n(r.output_tokens),
+  };
+}
+
+/** The newest entries first; `kind` narrows to credits or debits. */
+export async function latestEntries(db: Queryable, accountId: string, limit: number, kind?: 'credit' | 'debit'): Promise<LedgerRow[]> {
+  const res = await db.query(
+    `SELECT ${LEDGER_COLS} FROM ledger l LEFT JOIN api_keys k ON k.id = l.key_id
+      WHERE l.account_id = $1 AND ($2::text IS NULL OR l.kind = $2) ORDER BY l.created_at DESC, l.id DESC LIMIT $3`,
+    [accountId, kind ?? null, limit]);
+  return res.rows.map(toLedger);
+}
+
+/** Every entry in id order, a page at a time (the CSV export streams these). */
+export async function entriesAfter(db: Queryable, accountId: string, afterId: bigint, limit: number): Promise<LedgerRow[]> {
+  const res = await db.query(
+    `SELECT ${LEDGER_COLS} FROM ledger l LEFT JOIN api_keys k ON k.id = l.key_id
+      WHERE l.account_id = $1 AND l.id > $2 ORDER BY l.id LIMIT $3`, [accountId, afterId, limit]);
+  return res.rows.map(toLedger);
+}
+
+export interface DailySpend { day: string; keyPrefix: string | null; product: string; spent: bigint; requests: number }
+
+/** Debits per UTC day, key and product (the entry's reason) since a day. */
+export async function dailySpend(db: Queryable, accountId: string, since: Date): Promise<DailySpend[]> {
+  const res = await db.query(
+    `SELECT to_char(l.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, k.prefix, l.reason, (-sum(l.amount_nd))::bigint AS spent, count(*)::int AS n
+       FROM ledger l LEFT JOIN api_keys k ON k.id = l.key_id
+      WHERE l.account_id = $1 AND l.kind = 'debit' AND l.created_at >= $2
+      GROUP BY 1, 2, 3`, [accountId, since]);
+  return res.rows.map((r) => ({ day: r.day as string, keyPrefix: (r.prefix as string | null) ?? null, product: r.reason as string, spent: r.spent as bigint, requests: r.n as number }));
+}

@@ -1,0 +1,48 @@
+// POST /alpha/v1/responses: passed through to upstreams that serve it, translated to chat for the rest.
+import type { Services } from '../../server/app.js';
+import type { Route } from '../../server/router.js';
+import { Type } from '@sinclair/typebox';
+import { compile, parseJson, unsupported } from '../validate.js';
+import { metered } from './metered.js';
+import { chatPromptTokens, choicesText } from './chat.js';
+import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
+import { ResponsesStream } from './responses-stream.js';
+import { countTokens } from '../../sim/index.js';
+
+const ResponsesRequest = Type.Object({
+  model: Type.String({ minLength: 1 }),
+  input: Type.Union([Type.String(), Type.Array(Type.Object({}, { additionalProperties: true }))]),
+  instructions: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  max_output_tokens: Type.Optional(Type.Union([Type.Integer({ minimum: 1 }), Type.Null()])),
+  stream: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
+  tools: Type.Optional(Type.Array(Type.Object({ type: Type.String() }, { additionalProperties: true }))),
+}, { additionalProperties: true });
+const check = compile(ResponsesRequest);
+
+export function responsesRoutes(s: Services): Route[] {
+  return [{
+    method: 'POST', path: '/alpha/v1/responses', name: 'responses', scope: 'llm',
+    handler: async (ctx, { body }) => {
+      const req = parseJson(check, body) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
+      for (const p of RESPONSES_REJECTED) if (req[p] !== undefined && req[p] !== null) throw unsupported(p);
+      const model = s.models.resolve(req.model, 'chat');
+      const maxOut = Math.min(req.max_output_tokens ?? model.maxOutputTokens, model.maxOutputTokens);
+      if (s.upstreams.config(model.upstream).responsesApi) {
+        await metered(s, ctx, {
+          model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut,
+          promptEstimate: () => countTokens(JSON.stringify(req.input)), outputEstimate: () => 0,
+        });
+        return;
+      }
+      const chat = toChat(req, model.upstreamModel);
+      const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
+      await metered(s, ctx, {
+        model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut,
+        upstreamBody: Buffer.from(JSON.stringify(chat)),
+        promptEstimate: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
+        outputEstimate: (json) => choicesText(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
+        reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
+      });
+    },
+  }];
+}

@@ -1,0 +1,28 @@
+// GET /svc/v1/key: what the calling key is, what it may spend, what it has spent, and the account balance.
+import type { Services } from '../../server/app.js';
+import type { Route } from '../../server/router.js';
+import { effectiveLimits } from '../../gate/admission.js';
+import { nanoToDollars } from '../../ledger/money.js';
+
+export function keyRoutes(s: Services): Route[] {
+  return [{
+    method: 'GET', path: '/svc/v1/key', name: 'svc.key', scope: 'any',
+    handler: async (ctx) => {
+      const key = ctx.key!;
+      const [balance, spend] = await Promise.all([s.cache.balanceOf(key.accountId), s.cache.spendOf(key.id)]);
+      const periodSpent = key.spendLimitPeriod === 'daily' ? spend.day : spend.month;
+      const remaining = key.spendLimit === null ? null : key.spendLimit > periodSpent ? key.spendLimit - periodSpent : 0n;
+      ctx.json(200, {
+        label: key.label,
+        prefix: key.prefix,
+        limit: key.spendLimit === null ? null : nanoToDollars(key.spendLimit),
+        limit_remaining: remaining === null ? null : nanoToDollars(remaining),
+        limit_reset: key.spendLimitPeriod,
+        usage_daily: nanoToDollars(spend.day),
+        usage_monthly: nanoToDollars(spend.month),
+        rate_limit: effectiveLimits(key, s.admission),
+        balance: nanoToDollars(balance),
+      });
+    },
+  }];
+}

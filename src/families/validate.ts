@@ -1,0 +1,43 @@
+// Parses a JSON body against a compiled TypeBox schema: 422 with the first bad field as `param` and a detail list.
+import type { TSchema, Static } from '@sinclair/typebox';
+import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
+import { GatewayError, type ValidationDetail } from '../errors.js';
+
+export function compile<T extends TSchema>(schema: T): TypeCheck<T> {
+  return TypeCompiler.Compile(schema);
+}
+
+export function parseJson<T extends TSchema>(check: TypeCheck<T>, body: Buffer | null): Static<T> {
+  let value: unknown;
+  try {
+    value = JSON.parse(body && body.length > 0 ? body.toString('utf8') : '');
+  } catch {
+    throw new GatewayError({ status: 400, code: 'invalid_json', message: 'The request body is not valid JSON.',
+      detail: undefined });
+  }
+  if (check.Check(value)) return value;
+  const detail: ValidationDetail[] = [];
+  for (const e of check.Errors(value)) {
+    const loc: (string | number)[] = ['body', ...e.path.split('/').filter(Boolean).map((p) => (/^\d+$/.test(p) ? Number(p) : p))];
+    if (detail.some((d) => d.loc.join('.') === loc.join('.'))) continue;
+    detail.push({ loc, msg: e.message, type: typeName(e.schema) });
+    if (detail.length >= 20) break;
+  }
+  const first = detail[0];
+  const param = first ? first.loc.slice(1).join('.') || null : null;
+  throw new GatewayError({
+    status: 422, code: 'validation_error', param,
+    message: first ? `Invalid request body: ${param ?? 'body'}: ${first.msg}.` : 'Invalid request body.',
+    detail,
+  });
+}
+
+function typeName(s: TSchema): string {
+  const t = (s as { type?: unknown }).type;
+  return typeof t === 'string' ? `${t}_type` : 'value_error';
+}
+
+export function unsupported(param: string, why = ''): GatewayError {
+  return new GatewayError({ status: 400, code: 'unsupported_parameter', param,
+    message: `Unsupported parameter: '${param}' is not supported by this service${why ? `: ${why}` : ''}.` });
+}

@@ -1,0 +1,91 @@
+// Admission: balance and ceiling (counting other requests' holds), rpm and concurrency, then this request's hold.
+import { GatewayError } from '../errors.js';
+import type { KeyRecord } from '../store/keys.js';
+import type { StateCache } from './cache.js';
+import type { Limiter } from './limits/types.js';
+import type { Metrics } from '../server/metrics.js';
+
+export interface Hold {
+  readonly requestId: string;
+  readonly accountId: string;
+  readonly keyId: string;
+  readonly amount: bigint;
+  /** Headers the OpenAI clients read to see their request budget. */
+  readonly rateHeaders: Record<string, string>;
+  release(): Promise<void>;
+}
+
+export interface AdmissionDeps {
+  cache: StateCache;
+  limiter: Limiter;
+  metrics: Metrics;
+  defaultRpm: number;
+  defaultConcurrency: number;
+  holdTtlMs: number;
+  /** Holds this instance placed and has not released yet, and releases still under way. */
+  openHolds: { count: number; releasing: Set<Promise<void>> };
+}
+
+export function effectiveLimits(key: KeyRecord, d: { defaultRpm: number; defaultConcurrency: number }): { rpm: number; concurrency: number } {
+  return { rpm: key.rpmLimit ?? d.defaultRpm, concurrency: key.concurrencyLimit ?? d.defaultConcurrency };
+}
+
+/** Go-style duration as in OpenAI's x-ratelimit-reset-* headers: "850ms", "1s", "6m0s". */
+export function goDuration(ms: number): string {
+  if (ms < 1000) return `${Math.max(0, Math.ceil(ms))}ms`;
+  const s = Math.ceil(ms / 1000);
+  return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m${s % 60}s`;
+}
+
+export async function admit(d: AdmissionDeps, key: KeyRecord, requestId: string, holdAmount: bigint): Promise<Hold> {
+  const now = new Date();
+  const [balance, spend] = await Promise.all([d.cache.balanceOf(key.accountId), d.cache.spendOf(key.id, now)]);
+  const { rpm, concurrency } = effectiveLimits(key, d);
+  const periodSpent = key.spendLimitPeriod === 'daily' ? spend.day : spend.month;
+  const out = await d.limiter.admit({
+    requestId, accountId: key.accountId, keyId: key.id, rpm, concurrency, hold: holdAmount,
+    balance, ceiling: key.spendLimit, periodSpent, ttlMs: d.holdTtlMs,
+  });
+  if (!out.ok) {
+    d.metrics.rejection(out.reason);
+    switch (out.reason) {
+      case 'insufficient_balance':
+        throw new GatewayError({ status: 402, code: 'insufficient_balance', type: 'insufficient_quota',
+          message: 'Your prepaid balance is used up (or fully held by requests in flight). Top up to continue.' });
+      case 'key_spend_limit_reached':
+        throw new GatewayError({ status: 402, code: 'key_spend_limit_reached', type: 'insufficient_quota',
+          message: `The ${key.spendLimitPeriod} spend limit of key ${key.prefix}... is reached. Raise the ceiling or use another key.` });
+      case 'rate_limit_exceeded':
+        throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
+          message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${rpm}. Please try again in ${goDuration(out.retryMs)}.`,
+          headers: {
+            'retry-after': String(Math.max(1, Math.ceil(out.retryMs / 1000))),
+            'x-ratelimit-limit-requests': String(rpm), 'x-ratelimit-remaining-requests': '0',
+            'x-ratelimit-reset-requests': goDuration(out.resetMs),
+          } });
+      case 'concurrency_limit_exceeded':
+        throw new GatewayError({ status: 429, code: 'concurrency_limit_exceeded', type: 'requests', retryable: true,
+          message: `Key ${key.prefix}... already has ${out.inFlight} requests in flight, its limit is ${concurrency}. Retry when one finishes.`,
+          headers: { 'retry-after': '1', 'x-ratelimit-limit-requests': String(rpm) } });
+    }
+  }
+  let released = false;
+  d.openHolds.count++;
+  return {
+    requestId, accountId: key.accountId, keyId: key.id, amount: holdAmount,
+    rateHeaders: {
+      'x-ratelimit-limit-requests': String(rpm),
+      'x-ratelimit-remaining-requests': String(out.remaining),
+      'x-ratelimit-reset-requests': goDuration(out.resetMs),
+    },
+    release: async () => {
+      if (released) return;
+      released = true;
+      const p = d.limiter.release(key.accountId, requestId)
+        .catch(() => undefined) // a lost release expires with the hold's TTL
+        .finally(() => { d.openHolds.count--; d.openHolds.releasing.delete(p); });
+      d.openHolds.releasing.add(p);
+      await p;
+    },
+  };
+}

@@ -1,0 +1,38 @@
+// Authenticates the key from `Authorization: Bearer` or `xi-api-key`, from memory, and checks route scopes.
+import { GatewayError } from '../errors.js';
+import { hashKey, looksLikeKey } from '../store/ids.js';
+import type { KeyRecord, Scope } from '../store/keys.js';
+import type { StateCache } from './cache.js';
+import type { Headers } from '../server/context.js';
+
+function invalidKey(message: string): GatewayError {
+  return new GatewayError({ status: 401, code: 'invalid_api_key', type: 'invalid_request_error', message });
+}
+
+export function presentedKey(headers: Headers): string | null {
+  const auth = headers.authorization;
+  if (auth !== undefined) {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
+    return m ? m[1]! : '';
+  }
+  return headers['xi-api-key']?.trim() ?? null;
+}
+
+export async function authenticate(cache: StateCache, headers: Headers): Promise<KeyRecord> {
+  const key = presentedKey(headers);
+  if (key === null) throw invalidKey('No API key provided. Send it as `Authorization: Bearer svc_live_...` or in the `xi-api-key` header.');
+  if (!looksLikeKey(key)) throw invalidKey('Incorrect API key provided: it is not a Tollgate key (they start with `svc_live_`).');
+  const rec = await cache.keyForHash(hashKey(key));
+  if (!rec) throw invalidKey(`Incorrect API key provided: ${key.slice(0, 12)}... is not a known key.`);
+  if (rec.revokedAt) throw invalidKey(`The API key ${rec.prefix}... has been revoked.`);
+  return rec;
+}
+
+export function requireScope(key: KeyRecord, scope: Scope): void {
+  if (!key.scopes.includes(scope)) {
+    throw new GatewayError({
+      status: 403, code: 'insufficient_scope', type: 'permission_error',
+      message: `This key lacks the \`${scope}\` scope needed for this route. Create a key with the \`${scope}\` scope.`,
+    });
+  }
+}

@@ -1,0 +1,125 @@
+// In-memory mirrors of keys, balances and period spend, kept current by settles and a change-feed poll.
+import type { Db } from '../store/db.js';
+import { keyByHash, keysChangedSince, type KeyRecord } from '../store/keys.js';
+import { accountById, accountsChangedSince, keySpend } from '../store/accounts.js';
+import type { Nanodollars } from '../ledger/money.js';
+import { periodStarts } from '../ledger/periods.js';
+import type { SettleListener } from '../ledger/settle.js';
+
+interface SpendEntry { start: string; spent: bigint; version: bigint }
+interface KeySpendState { day: SpendEntry; month: SpendEntry }
+
+export const SYNC_INTERVAL_MS = 400;
+const NEGATIVE_TTL_MS = 1000;
+
+export class StateCache implements SettleListener {
+  private readonly byHash = new Map<string, KeyRecord>();
+  private readonly byId = new Map<string, KeyRecord>();
+  private readonly unknown = new Map<string, number>();
+  private readonly balances = new Map<string, { balance: bigint; version: bigint }>();
+  private readonly spends = new Map<string, KeySpendState>();
+  private keyVersion = 0n;
+  private acctVersion = 0n;
+  private spendVersion = 0n;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly db: Db) {}
+
+  /** Authenticates a key hash from memory; only a hash never seen before costs a query. */
+  async keyForHash(hash: string): Promise<KeyRecord | null> {
+    const hit = this.byHash.get(hash);
+    if (hit) return hit;
+    const neg = this.unknown.get(hash);
+    if (neg !== undefined && neg > Date.now()) return null;
+    const rec = await keyByHash(this.db, hash);
+    if (!rec) {
+      if (this.unknown.size > 10_000) this.unknown.clear();
+      this.unknown.set(hash, Date.now() + NEGATIVE_TTL_MS);
+      return null;
+    }
+    this.putKey(rec);
+    return rec;
+  }
+
+  putKey(rec: KeyRecord): void {
+    const cur = this.byId.get(rec.id);
+    if (cur && cur.version > rec.version) return;
+    this.byId.set(rec.id, rec);
+    this.byHash.set(rec.hash, rec);
+    this.unknown.delete(rec.hash);
+  }
+
+  async balanceOf(accountId: string): Promise<bigint> {
+    const hit = this.balances.get(accountId);
+    if (hit) return hit.balance;
+    const acct = await accountById(this.db, accountId);
+    this.balance(accountId, (acct?.balance ?? 0n) as Nanodollars, acct?.version ?? 0n);
+    return this.balances.get(accountId)!.balance;
+  }
+
+  /** This key's spend in its current UTC day and month. */
+  async spendOf(keyId: string, now = new Date()): Promise<{ day: bigint; month: bigint }> {
+    const { day, month } = periodStarts(now);
+    let s = this.spends.get(keyId);
+    if (!s) {
+      const fromDb = (await keySpend(this.db, [keyId], now)).get(keyId)!;
+      s = this.spends.get(keyId) ?? { day: { start: day, spent: fromDb.day, version: 0n }, month: { start: month, spent: fromDb.month, version: 0n } };
+      this.spends.set(keyId, s);
+    }
+    return { day: s.day.start === day ? s.day.spent : 0n, month: s.month.start === month ? s.month.spent : 0n };
+  }
+
+  balance(accountId: string, balance: Nanodollars, version: bigint): void {
+    const cur = this.balances.get(accountId);
+    if (!cur || cur.version <= version) this.balances.set(accountId, { balance, version });
+  }
+
+  spend(keyId: string, period: 'day' | 'month', start: string, spent: Nanodollars, version: bigint): void {
+    const s = this.spends.get(keyId);
+    if (!s) return; // not mirrored here: read from the store on first use
+    const cur = s[period];
+    if (start > cur.start || (start === cur.start && version >= cur.version)) s[period] = { start, spent, version };
+  }
+
+  /** Starts the change feed at the store's present position instead of replaying every row. */
+  async init(): Promise<void> {
+    const res = await this.db.query(`SELECT coalesce((SELECT max(version) FROM api_keys), 0) AS k,
+      coalesce((SELECT max(version) FROM accounts), 0) AS a, coalesce((SELECT max(version) FROM key_spend), 0) AS s`);
+    const r = res.rows[0]!;
+    this.keyVersion = r.k as bigint; this.acctVersion = r.a as bigint; this.spendVersion = r.s as bigint;
+  }
+
+  /** Polls the change feed so revocations, limit changes, credits and other instances' spend show within a second. */
+  start(): void {
+    const tick = async () => {
+      try { await this.sync(); } catch { /* the store is briefly unreachable: keep serving from memory, retry next tick */ }
+      this.timer = setTimeout(tick, SYNC_INTERVAL_MS);
+      this.timer.unref();
+    };
+    this.timer = setTimeout(tick, SYNC_INTERVAL_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  async sync(): Promise<void> {
+    for (const rec of await keysChangedSince(this.db, this.keyVersion)) {
+      if (rec.version > this.keyVersion) this.keyVersion = rec.version;
+      if (this.byId.has(rec.id) || this.byHash.has(rec.hash)) this.putKey(rec);
+    }
+    for (const a of await accountsChangedSince(this.db, this.acctVersion)) {
+      if (a.version > this.acctVersion) this.acctVersion = a.version;
+      if (this.balances.has(a.id)) this.balance(a.id, a.balance, a.version);
+    }
+    const res = await this.db.query(
+      `SELECT key_id, period, to_char(period_start, 'YYYY-MM-DD') AS start, spent_nd, version FROM key_spend
+        WHERE version > $1 OR updated_at > clock_timestamp() - interval '2 seconds'`, [this.spendVersion]);
+    for (const r of res.rows) {
+      const v = r.version as bigint;
+      if (v > this.spendVersion) this.spendVersion = v;
+      this.spend(r.key_id as string, r.period as 'day' | 'month', r.start as string, r.spent_nd as Nanodollars, v);
+    }
+  }
+}

@@ -1,0 +1,178 @@
+// Writes ledger entries idempotently in group commits; balance and period spend move in the same transaction.
+import type { Db, Queryable } from '../store/db.js';
+import type { Nanodollars } from './money.js';
+
+export interface LedgerEntry {
+  idemKey: string;          // the request id (debits) or the payment/session id (credits)
+  nonce: string;            // unique per attempt: tells a retried settle from a reused client request id
+  accountId: string;
+  keyId: string | null;
+  kind: 'credit' | 'debit';
+  amount: Nanodollars;      // magnitude, >= 0
+  reason: string;
+  model?: string | null;
+  usage?: unknown;
+  at?: Date;
+}
+
+export interface SettleResult {
+  applied: boolean;               // false when the same entry (same nonce) was already in the ledger
+  idemKey: string;                // the key it was stored under
+  balance: Nanodollars | null;    // the account's balance after this commit
+}
+
+export interface SettleListener {
+  balance(accountId: string, balance: Nanodollars, version: bigint): void;
+  spend(keyId: string, period: 'day' | 'month', start: string, spent: Nanodollars, version: bigint): void;
+}
+
+interface Pending { entry: LedgerEntry; resolve: (r: SettleResult) => void; reject: (e: unknown) => void }
+
+const MAX_BATCH = 512;
+
+export class Settler {
+  private queue: Pending[] = [];
+  private flushing = false;
+  private scheduled = false;
+  writes = 0;
+  commits = 0;
+
+  constructor(private readonly db: Db, private readonly listener: SettleListener) {}
+
+  /** Queues an entry; resolves once the transaction that holds it has committed. */
+  submit(entry: LedgerEntry): Promise<SettleResult> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ entry, resolve, reject });
+      this.schedule();
+    });
+  }
+
+  get pending(): number { return this.queue.length + (this.flushing ? 1 : 0); }
+
+  /** Resolves when everything submitted so far has committed (used by shutdown). */
+  async drain(): Promise<void> {
+    while (this.queue.length > 0 || this.flushing) await new Promise((r) => setTimeout(r, 5));
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.flushing) return;
+    this.scheduled = true;
+    setImmediate(() => { this.scheduled = false; void this.flush(); });
+  }
+
+  private async flush(): Promise<void> {
+    if (this.flushing || this.queue.length === 0) return;
+    this.flushing = true;
+    const batch = this.queue.splice(0, MAX_BATCH);
+    try {
+      const results = await this.commitWithRetry(batch.map((p) => p.entry));
+      this.commits++;
+      batch.forEach((p, i) => { p.resolve(results[i]!); });
+    } catch (e) {
+      for (const p of batch) p.reject(e);
+    } finally {
+      this.flushing = false;
+      if (this.queue.length > 0) this.schedule();
+    }
+  }
+
+  private async commitWithRetry(entries: LedgerEntry[]): Promise<SettleResult[]> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.commit(entries);
+      } catch (e) {
+        const code = (e as { code?: string }).code;
+        if ((code === '40P01' || code === '40001') && attempt < 5) continue; // deadlock / serialization: retry whole batch
+        throw e;
+      }
+    }
+  }
+
+  /**
+   * One statement per group commit: ledger rows, balances and period spend move together (a single
+   * statement is atomic) in one round trip. Only a key clash needs a second statement.
+   */
+  private async commit(entries: LedgerEntry[]): Promise<SettleResult[]> {
+    // Within one batch, a repeat of key and nonce is the same settle submitted twice (stored once); a
+    // repeat of the key with another nonce is a client reusing a request id (stored under its own key).
+    const seen = new Map<string, string>();
+    const dup = new Set<number>();
+    const keys = entries.map((e, i) => {
+      const nonce = seen.get(e.idemKey);
+      if (nonce === undefined) { seen.set(e.idemKey, e.nonce); return e.idemKey; }
+      if (nonce === e.nonce) dup.add(i);
+      return nonce === e.nonce ? e.idemKey : `${e.idemKey}~${e.nonce}`;
+    });
+    const fresh = entries.map((_, i) => i).filter((i) => !dup.has(i));
+    const stored = new Set<string>();
+    const balances = new Map<string, bigint>();
+    await this.apply(this.db, fresh.map((i) => ({ ...entries[i]!, idemKey: keys[i]! })), stored, balances);
+    // Keys already in the ledger: same nonce = a retried settle (already billed); else a reused request id.
+    const clashed = fresh.filter((i) => !stored.has(keys[i]!));
+    if (clashed.length > 0) {
+      const prior = await this.db.query('SELECT idem_key, nonce FROM ledger WHERE idem_key = ANY($1)', [clashed.map((i) => keys[i]!)]);
+      const nonceOf = new Map(prior.rows.map((r) => [r.idem_key as string, r.nonce as string | null]));
+      const retry = clashed.filter((i) => nonceOf.get(keys[i]!) !== entries[i]!.nonce);
+      for (const i of retry) keys[i] = `${entries[i]!.idemKey}~${entries[i]!.nonce}`;
+      if (retry.length > 0) await this.apply(this.db, retry.map((i) => ({ ...entries[i]!, idemKey: keys[i]! })), stored, balances);
+    }
+    return entries.map((e, i) => ({
+      applied: !dup.has(i) && stored.has(keys[i]!), idemKey: keys[i]!, balance: (balances.get(e.accountId) ?? null) as Nanodollars | null,
+    }));
+  }
+
+  private async apply(c: Queryable, entries: LedgerEntry[], stored: Set<string>, balances: Map<string, bigint>): Promise<void> {
+    if (entries.length === 0) return;
+    // Named, so each connection parses and plans the statement once.
+    const res = await c.query({ name: 'tollgate_settle', text: SETTLE_SQL, values: [
+      entries.map((e) => e.idemKey), entries.map((e) => e.nonce), entries.map((e) => e.accountId), entries.map((e) => e.keyId),
+      entries.map((e) => e.kind), entries.map((e) => signed(e).toString()), entries.map((e) => e.reason),
+      entries.map((e) => e.model ?? null), entries.map((e) => (e.usage === undefined ? null : JSON.stringify(e.usage))),
+      entries.map((e) => (e.at ?? new Date()).toISOString()),
+    ] });
+    for (const r of res.rows) {
+      if (r.t === 'l') { stored.add(r.id as string); this.writes++; }
+      else if (r.t === 'a') {
+        balances.set(r.id as string, r.amount as bigint);
+        this.listener.balance(r.id as string, r.amount as Nanodollars, r.version as bigint);
+      } else {
+        const [period, start] = (r.extra as string).split('|') as ['day' | 'month', string];
+        this.listener.spend(r.id as string, period, start, r.amount as Nanodollars, r.version as bigint);
+      }
+    }
+  }
+}
+
+const SETTLE_SQL = `
+WITH e AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[])
+    AS t(idem_key, nonce, account_id, key_id, kind, amount_nd, reason, model, usage, created_at)
+), ins AS (
+  INSERT INTO ledger (idem_key, nonce, account_id, key_id, kind, amount_nd, reason, model, usage, created_at)
+  SELECT * FROM e ON CONFLICT (idem_key) DO NOTHING
+  RETURNING idem_key, account_id, key_id, kind, amount_nd, created_at
+), acc AS (
+  UPDATE accounts a SET balance_nd = a.balance_nd + d.delta
+    FROM (SELECT account_id, sum(amount_nd)::bigint AS delta FROM ins GROUP BY account_id ORDER BY account_id) d
+   WHERE a.id = d.account_id
+  RETURNING a.id, a.balance_nd, a.version
+), sp AS (
+  INSERT INTO key_spend (key_id, period, period_start, spent_nd)
+  SELECT key_id, p.period,
+         CASE p.period WHEN 'day' THEN (created_at AT TIME ZONE 'UTC')::date
+                       ELSE date_trunc('month', created_at AT TIME ZONE 'UTC')::date END,
+         sum(-amount_nd)::bigint
+    FROM ins CROSS JOIN (VALUES ('day'), ('month')) AS p(period)
+   WHERE kind = 'debit' AND key_id IS NOT NULL AND amount_nd < 0
+   GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+  ON CONFLICT (key_id, period, period_start) DO UPDATE
+    SET spent_nd = key_spend.spent_nd + EXCLUDED.spent_nd, updated_at = clock_timestamp(), version = nextval('change_seq')
+  RETURNING key_id, period, to_char(period_start, 'YYYY-MM-DD') AS start, spent_nd, version
+)
+SELECT 'l' AS t, idem_key AS id, NULL::bigint AS amount, NULL::bigint AS version, NULL::text AS extra FROM ins
+UNION ALL SELECT 'a', id, balance_nd, version, NULL FROM acc
+UNION ALL SELECT 's', key_id, spent_nd, version, period || '|' || start FROM sp`;
+
+function signed(e: LedgerEntry): bigint {
+  return e.kind === 'credit' ? e.amount : -e.amount;
+}

@@ -1,0 +1,91 @@
+// Meters an OpenAI-style SSE stream on its way through: usage, produced tokens, and the usage the client did not ask for.
+
+export interface StreamUsage { input: number; output: number; reasoning: number }
+
+export interface SseMeterOptions {
+  /** Drop the trailing `choices: []` usage chunk (the gateway asked for it, the client did not). */
+  stripUsageChunk: boolean;
+  /** Remove `usage` from ordinary chunks (continuous usage stats the client did not ask for). */
+  stripChunkUsage: boolean;
+  /** Re-shapes each parsed chunk (and the end of stream) into other events: Responses translation. */
+  translate?: { chunk(obj: Record<string, unknown>): string; done(): string };
+}
+
+const DATA = 'data:';
+
+export class SseMeter {
+  /** The last usage the upstream reported (final chunk, or running continuous stats). */
+  usage: StreamUsage | null = null;
+  final = false;
+  done = false;
+  malformed = false;
+  /** Chunks that carried generated text/arguments, per choice: the fallback count of produced tokens. */
+  private readonly produced = new Map<number, number>();
+  private pending = '';
+
+  constructor(private readonly opts: SseMeterOptions) {}
+
+  /** Feeds upstream bytes; returns the text to forward to the client (whole events only). */
+  push(chunk: Buffer | string): string {
+    this.pending += typeof chunk === 'string' ? chunk : chunk.toString('utf8');
+    let out = '';
+    let start = 0;
+    for (;;) {
+      const end = this.pending.indexOf('\n\n', start);
+      if (end < 0) break;
+      out += this.event(this.pending.slice(start, end + 2));
+      start = end + 2;
+    }
+    this.pending = this.pending.slice(start);
+    return out;
+  }
+
+  /** Tokens produced so far: reported running usage if any, else the counted deltas. */
+  producedTokens(): number {
+    let counted = 0;
+    for (const v of this.produced.values()) counted += v;
+    return Math.max(counted, this.usage?.output ?? 0);
+  }
+
+  private event(raw: string): string {
+    const line = raw.startsWith(DATA) ? raw : raw.replace(/\r\n/g, '\n');
+    if (!line.startsWith(DATA)) return raw; // comments, event: lines, keep-alives pass through
+    const payload = line.slice(DATA.length).trim();
+    if (payload === '[DONE]') { this.done = true; return this.opts.translate ? this.opts.translate.done() : raw; }
+    let obj: Record<string, unknown>;
+    try { obj = JSON.parse(payload) as Record<string, unknown>; } catch { this.malformed = true; return raw; }
+    const usage = obj.usage as Record<string, unknown> | null | undefined;
+    if (usage && typeof usage === 'object') {
+      const details = usage.completion_tokens_details as Record<string, unknown> | undefined;
+      this.usage = {
+        input: num(usage.prompt_tokens), output: num(usage.completion_tokens), reasoning: num(details?.reasoning_tokens),
+      };
+    }
+    const choices = obj.choices as Record<string, unknown>[] | undefined;
+    const translated = this.opts.translate?.chunk(obj);
+    if (Array.isArray(choices) && choices.length === 0 && usage) {
+      this.final = true;
+      return translated ?? (this.opts.stripUsageChunk ? '' : raw);
+    }
+    if (Array.isArray(choices)) {
+      for (const c of choices) {
+        const d = (c.delta ?? c) as Record<string, unknown>;
+        const toolCalls = d.tool_calls as { function?: { arguments?: string } }[] | undefined;
+        const hasText = (typeof d.content === 'string' && d.content.length > 0) || (typeof d.text === 'string' && d.text.length > 0)
+          || (typeof d.reasoning_content === 'string' && d.reasoning_content.length > 0)
+          || (Array.isArray(toolCalls) && toolCalls.some((t) => (t.function?.arguments ?? '').length > 0));
+        if (hasText) { const i = num(c.index); this.produced.set(i, (this.produced.get(i) ?? 0) + 1); }
+      }
+    }
+    if (translated !== undefined) return translated;
+    if (usage && this.opts.stripChunkUsage) {
+      obj.usage = null;
+      return `data: ${JSON.stringify(obj)}\n\n`;
+    }
+    return raw;
+  }
+}
+
+function num(v: unknown): number {
+  return typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
+}

@@ -1,0 +1,119 @@
+// http-proxy-3 driven from uWS: a small request/response adapter, keep-alive agents, and fault mapping.
+import http from 'node:http';
+import { EventEmitter } from 'node:events';
+import { Readable } from 'node:stream';
+import { createProxyServer } from 'http-proxy-3';
+import { GatewayError } from '../errors.js';
+import type { UpstreamConfig } from '../config.js';
+
+/** What http-proxy-3 reads from an incoming request: method, url, headers, socket. The body comes from `buffer`. */
+class AdaptedRequest extends Readable {
+  readonly httpVersionMajor = 1;
+  readonly httpVersionMinor = 1;
+  readonly socket = { destroyed: false, encrypted: false, remoteAddress: '127.0.0.1' };
+  readonly connection = this.socket;
+  constructor(readonly method: string, readonly url: string, readonly headers: http.OutgoingHttpHeaders) { super(); }
+  override _read(): void { this.push(null); }
+}
+
+/** What it reads from the response: `close` (the client left: it destroys the upstream request) and state flags. */
+class AdaptedResponse extends EventEmitter {
+  writableFinished = false;
+  headersSent = false;
+  finished = false;
+}
+
+export interface UpstreamCall {
+  response: Promise<http.IncomingMessage>;
+  /** Stops the upstream request (client gone or timeout); the upstream sees its socket close. */
+  abort(): void;
+}
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'proxy-connection', 'te', 'trailer',
+  'host', 'content-length', 'authorization', 'xi-api-key', 'cookie', 'accept-encoding', 'x-forwarded-for']);
+
+export class Upstreams {
+  private readonly proxy = createProxyServer({});
+  private readonly agents = new Map<string, http.Agent>();
+
+  constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>) {
+    // With selfHandleResponse the proxy hands each upstream response to its request's adapter.
+    this.proxy.on('proxyRes', (proxyRes: http.IncomingMessage, _req: unknown, res: EventEmitter) => res.emit('proxyRes', proxyRes));
+  }
+
+  baseUrl(name: string): string {
+    const u = this.configs.get(name);
+    const url = u?.baseUrl ?? this.simUrls.get(name);
+    if (!url) throw new Error(`upstream ${name} has no address`);
+    return url;
+  }
+
+  config(name: string): UpstreamConfig {
+    const u = this.configs.get(name);
+    if (!u) throw new Error(`no upstream ${name}`);
+    return u;
+  }
+
+  private agent(name: string): http.Agent {
+    let a = this.agents.get(name);
+    if (!a) { a = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' }); this.agents.set(name, a); }
+    return a;
+  }
+
+  /** Sends `body` to `path` on the upstream; the response is handed back unread (selfHandleResponse). */
+  call(name: string, method: string, path: string, clientHeaders: Record<string, string>, body: Buffer, requestId: string, timeoutMs?: number): UpstreamCall {
+    const cfg = this.config(name);
+    const headers: http.OutgoingHttpHeaders = {};
+    for (const k in clientHeaders) if (!HOP_BY_HOP.has(k)) headers[k] = clientHeaders[k];
+    headers['content-length'] = String(body.length);
+    headers['x-request-id'] = requestId;
+    if (cfg.apiKeyEnv) headers.authorization = `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}`;
+    const req = new AdaptedRequest(method, path, headers);
+    const res = new AdaptedResponse();
+    let timedOut = false;
+    let timer: NodeJS.Timeout | undefined;
+    const abort = () => { if (!res.writableFinished) res.emit('close'); };
+    const response = new Promise<http.IncomingMessage>((resolve, reject) => {
+      timer = setTimeout(() => { timedOut = true; abort(); reject(upstreamTimeout(cfg.timeoutMs)); }, timeoutMs ?? cfg.timeoutMs);
+      res.once('proxyRes', (proxyRes: http.IncomingMessage) => {
+        clearTimeout(timer);
+        resolve(proxyRes);
+      });
+      this.proxy.web(req as unknown as http.IncomingMessage, res as unknown as http.ServerResponse, {
+        target: this.baseUrl(name), buffer: Readable.from([body]), selfHandleResponse: true,
+        changeOrigin: true, agent: this.agent(name),
+      }, (err: Error) => {
+        clearTimeout(timer);
+        reject(timedOut ? upstreamTimeout(cfg.timeoutMs) : upstreamUnavailable(err));
+      });
+    });
+    response.catch(() => undefined);
+    return { response, abort: () => { clearTimeout(timer); abort(); } };
+  }
+
+  close(): void {
+    for (const a of this.agents.values()) a.destroy();
+    this.proxy.close();
+  }
+}
+
+export function upstreamTimeout(ms: number): GatewayError {
+  return new GatewayError({ status: 504, code: 'upstream_timeout', type: 'server_error', retryable: true,
+    message: `The model host did not answer within ${ms} ms. Nothing was billed.` });
+}
+
+export function upstreamUnavailable(err: Error): GatewayError {
+  const code = (err as { code?: string }).code;
+  return new GatewayError({ status: 502, code: 'upstream_unavailable', type: 'server_error', retryable: true,
+    message: `The model host could not be reached${code ? ` (${code})` : ''}. Nothing was billed.` });
+}
+
+export function upstreamFailed(status: number): GatewayError {
+  return new GatewayError({ status: 502, code: 'upstream_error', type: 'server_error', retryable: status >= 500,
+    message: `The model host failed (status ${status}). Nothing was billed.` });
+}
+
+export function upstreamMalformed(): GatewayError {
+  return new GatewayError({ status: 502, code: 'upstream_malformed_response', type: 'server_error', retryable: true,
+    message: 'The model host sent a response that could not be read. Nothing was billed.' });
+}

@@ -1,0 +1,56 @@
+// Model ids and aliases to their config, and the nearest known id for a "did you mean" hint.
+import type { ModelConfig } from '../config.js';
+import { GatewayError } from '../errors.js';
+
+export class ModelRegistry {
+  private readonly byName = new Map<string, ModelConfig>();
+
+  constructor(readonly models: readonly ModelConfig[]) {
+    for (const m of models) {
+      this.byName.set(m.id, m);
+      for (const a of m.aliases) this.byName.set(a, m);
+    }
+  }
+
+  find(name: string): ModelConfig | undefined {
+    return this.byName.get(name);
+  }
+
+  /** The model for `name` of the wanted kind, or 404 model_not_found naming the nearest id. */
+  resolve(name: string, kind?: ModelConfig['kind']): ModelConfig {
+    const m = this.byName.get(name);
+    if (m && (!kind || m.kind === kind)) return m;
+    const pool = [...this.byName.entries()].filter(([, v]) => !kind || v.kind === kind).map(([k]) => k);
+    const near = nearest(name, pool);
+    const hint = near ? ` Did you mean \`${near}\`?` : '';
+    const what = m ? ` is not a ${kind} model.` : ' does not exist.';
+    throw new GatewayError({
+      status: 404, code: 'model_not_found', param: 'model',
+      message: `The model \`${name}\`${what}${hint}`,
+    });
+  }
+}
+
+export function nearest(name: string, pool: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestD = Infinity;
+  const lower = name.toLowerCase();
+  for (const cand of pool) {
+    const d = levenshtein(lower, cand.toLowerCase());
+    if (d < bestD || (d === bestD && best !== undefined && cand < best)) { best = cand; bestD = d; }
+  }
+  return best;
+}
+
+export function levenshtein(a: string, b: string): number {
+  if (a === b) return 0;
+  let prev = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const cur = [i];
+    for (let j = 1; j <= b.length; j++) {
+      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = cur;
+  }
+  return prev[b.length]!;
+}

@@ -1,0 +1,125 @@
+// One request's state on the uWS side: headers read up front, abort tracking, and backpressured writes.
+import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
+import { GatewayError, renderError, statusLine, type Family } from '../errors.js';
+import { newId } from '../store/ids.js';
+import type { KeyRecord } from '../store/keys.js';
+
+const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
+const JSON_TYPE = 'application/json';
+
+export type Headers = Record<string, string>;
+
+export class Ctx {
+  readonly method: string;
+  readonly url: string;
+  path: string;
+  readonly query: string;
+  readonly headers: Headers = {};
+  readonly requestId: string;
+  readonly remoteAddress: string;
+  readonly started = process.hrtime.bigint();
+  family: Family;
+  routeName = 'unmatched';
+  key: KeyRecord | null = null;
+  status = 0;
+  aborted = false;
+  headersSent = false;
+  finished = false;
+  upstreamNs = 0n;
+  private readonly abortHandlers: (() => void)[] = [];
+  private writableWaiter: (() => void) | null = null;
+
+  constructor(readonly res: HttpResponse, req: HttpRequest) {
+    this.method = req.getCaseSensitiveMethod().toUpperCase();
+    this.path = req.getUrl();
+    this.query = req.getQuery() ?? '';
+    this.url = this.query ? `${this.path}?${this.query}` : this.path;
+    req.forEach((k, v) => { this.headers[k] = v; });
+    const given = this.headers['x-request-id'];
+    this.requestId = given && SANE_REQUEST_ID.test(given) ? given : newId('req');
+    this.remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
+    this.family = this.path.startsWith('/beta/') ? 'beta' : this.path.startsWith('/svc/') ? 'svc' : 'alpha';
+    res.onAborted(() => {
+      this.aborted = true;
+      this.writableWaiter?.();
+      for (const h of this.abortHandlers.splice(0)) h();
+    });
+  }
+
+  /** Runs `fn` when the client goes away before the response ends (at once if it already has). */
+  onAbort(fn: () => void): void {
+    if (this.aborted) fn(); else this.abortHandlers.push(fn);
+  }
+
+  get live(): boolean {
+    return !this.aborted && !this.finished;
+  }
+
+  send(status: number, body: string | Buffer | Uint8Array, headers: Headers = {}, contentType = JSON_TYPE): void {
+    if (!this.live) return;
+    this.status = status;
+    this.finished = true;
+    this.headersSent = true;
+    this.res.cork(() => {
+      this.res.writeStatus(statusLine(status));
+      this.res.writeHeader('content-type', contentType);
+      this.res.writeHeader('x-request-id', this.requestId);
+      for (const k in headers) this.res.writeHeader(k, headers[k]!);
+      this.res.end(body);
+    });
+  }
+
+  json(status: number, value: unknown, headers?: Headers): void {
+    this.send(status, JSON.stringify(value), headers);
+  }
+
+  fail(err: GatewayError): void {
+    if (this.headersSent) { this.close(); return; }
+    this.send(err.status, renderError(err, this.family, this.requestId), err.headers);
+  }
+
+  /** Starts a streamed response; the body follows through write() and end(). */
+  begin(status: number, headers: Headers): void {
+    if (!this.live || this.headersSent) return;
+    this.status = status;
+    this.headersSent = true;
+    this.res.cork(() => {
+      this.res.writeStatus(statusLine(status));
+      this.res.writeHeader('x-request-id', this.requestId);
+      for (const k in headers) this.res.writeHeader(k, headers[k]!);
+    });
+  }
+
+  /** Writes a chunk; resolves at once, or when the client has drained its backlog (backpressure). */
+  write(chunk: Uint8Array | string): Promise<void> | undefined {
+    if (!this.live) return undefined;
+    let ok = true;
+    this.res.cork(() => { ok = this.res.write(chunk); });
+    if (ok) return undefined;
+    return new Promise((resolve) => {
+      this.writableWaiter = () => { this.writableWaiter = null; resolve(); };
+      this.res.onWritable(() => { this.writableWaiter?.(); return true; });
+    });
+  }
+
+  end(chunk?: Uint8Array | string): void {
+    if (!this.live) return;
+    this.finished = true;
+    this.res.cork(() => { this.res.end(chunk); });
+  }
+
+  /** Drops the connection (a stream that cannot be completed). */
+  close(): void {
+    if (this.aborted || this.finished) return;
+    this.finished = true;
+    this.res.close();
+  }
+
+  elapsedMs(): number {
+    return Number(process.hrtime.bigint() - this.started) / 1e6;
+  }
+}
+
+export function asGatewayError(e: unknown): GatewayError | null {
+  return e instanceof GatewayError ? e : null;
+}

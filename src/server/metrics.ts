@@ -1,0 +1,59 @@
+// Prometheus counters and histograms for /metrics, kept as plain numbers (no client library needed).
+
+const BUCKETS_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
+
+class Histogram {
+  readonly counts = new Map<string, { buckets: number[]; sum: number; count: number }>();
+  observe(label: string, ms: number): void {
+    let h = this.counts.get(label);
+    if (!h) { h = { buckets: BUCKETS_MS.map(() => 0), sum: 0, count: 0 }; this.counts.set(label, h); }
+    for (let i = 0; i < BUCKETS_MS.length; i++) if (ms <= BUCKETS_MS[i]!) h.buckets[i]!++;
+    h.sum += ms; h.count++;
+  }
+}
+
+export class Metrics {
+  readonly requests = new Map<string, number>();
+  readonly rejections = new Map<string, number>();
+  readonly latency = new Histogram();
+  readonly overhead = new Histogram();
+  ledgerWrites = (): number => 0;
+  inFlight = (): number => 0;
+  openHolds = (): number => 0;
+
+  request(route: string, status: number, totalMs: number, upstreamMs: number): void {
+    const k = `route="${route}",status="${status}"`;
+    this.requests.set(k, (this.requests.get(k) ?? 0) + 1);
+    this.latency.observe(`route="${route}"`, totalMs);
+    if (upstreamMs > 0) this.overhead.observe(`route="${route}"`, Math.max(0, totalMs - upstreamMs));
+  }
+
+  rejection(reason: string): void {
+    this.rejections.set(reason, (this.rejections.get(reason) ?? 0) + 1);
+  }
+
+  render(): string {
+    const out: string[] = [];
+    out.push('# HELP tollgate_requests_total Requests handled, by route and status.', '# TYPE tollgate_requests_total counter');
+    for (const [k, v] of this.requests) out.push(`tollgate_requests_total{${k}} ${v}`);
+    out.push('# HELP tollgate_admission_rejections_total Requests refused at admission, by reason.', '# TYPE tollgate_admission_rejections_total counter');
+    for (const [k, v] of this.rejections) out.push(`tollgate_admission_rejections_total{reason="${k}"} ${v}`);
+    hist(out, 'tollgate_request_duration_ms', 'Time from request to response end.', this.latency);
+    hist(out, 'tollgate_gateway_overhead_ms', 'Request time minus upstream time, for proxied requests.', this.overhead);
+    out.push('# HELP tollgate_ledger_writes_total Ledger entries committed.', '# TYPE tollgate_ledger_writes_total counter');
+    out.push(`tollgate_ledger_writes_total ${this.ledgerWrites()}`);
+    out.push('# HELP tollgate_in_flight_requests Requests being handled now.', '# TYPE tollgate_in_flight_requests gauge');
+    out.push(`tollgate_in_flight_requests ${this.inFlight()}`);
+    out.push('# HELP tollgate_open_holds In-flight spend holds this instance has placed.', '# TYPE tollgate_open_holds gauge');
+    out.push(`tollgate_open_holds ${this.openHolds()}`);
+    return `${out.join('\n')}\n`;
+  }
+}
+
+function hist(out: string[], name: string, help: string, h: Histogram): void {
+  out.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
+  for (const [label, v] of h.counts) {
+    BUCKETS_MS.forEach((b, i) => { out.push(`${name}_bucket{${label},le="${b}"} ${v.buckets[i]}`); });
+    out.push(`${name}_bucket{${label},le="+Inf"} ${v.count}`, `${name}_sum{${label}} ${v.sum}`, `${name}_count{${label}} ${v.count}`);
+  }
+}

@@ -1,0 +1,83 @@
+// The one query layer: a pg Pool, pointed at PostgreSQL or at embedded PGlite through pglite-socket.
+import { mkdirSync, rmSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import pg from 'pg';
+import { migrate } from './migrate.js';
+
+// BIGINT comes back as bigint, never as a lossy number or a string.
+pg.types.setTypeParser(20, (v: string) => BigInt(v));
+
+export type Row = Record<string, unknown>;
+
+export interface Queryable {
+  query<R extends Row = Row>(sql: string | pg.QueryConfig, params?: unknown[]): Promise<pg.QueryResult<R>>;
+}
+
+export interface Db extends Queryable {
+  readonly kind: 'postgres' | 'pglite';
+  tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+class PoolDb implements Db {
+  constructor(readonly kind: 'postgres' | 'pglite', private readonly pool: pg.Pool, private readonly onClose: () => Promise<void>) {}
+
+  query<R extends Row = Row>(sql: string | pg.QueryConfig, params?: unknown[]): Promise<pg.QueryResult<R>> {
+    return typeof sql === 'string' ? this.pool.query<R>(sql, params as unknown[]) : this.pool.query<R>(sql);
+  }
+
+  async tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const out = await fn(client);
+      await client.query('COMMIT');
+      return out;
+    } catch (e) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw e;
+    } finally {
+      client.release();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+    await this.onClose();
+  }
+}
+
+export async function openPostgres(url: string, poolSize: number): Promise<Db> {
+  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+  pool.on('error', () => undefined); // an idle client's error is reported on its next use
+  const db = new PoolDb('postgres', pool, async () => undefined);
+  await migrate(db);
+  return db;
+}
+
+/**
+ * Embedded PGlite in `dataDir/pg`, served on a unix socket inside the data dir so that `pg` speaks
+ * to it like to any PostgreSQL. PGlite is single-session, so the pool holds one connection and
+ * transactions never interleave.
+ */
+export async function openPglite(dataDir: string): Promise<Db> {
+  mkdirSync(dataDir, { recursive: true });
+  // Loaded only here: a PostgreSQL deployment never pays for the WASM build in memory.
+  const { PGlite } = await import('@electric-sql/pglite');
+  const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
+  const pglite = await PGlite.create(join(dataDir, 'pg'));
+  const sockDir = join(dataDir, 'run');
+  mkdirSync(sockDir, { recursive: true, mode: 0o700 });
+  const sockPath = join(sockDir, '.s.PGSQL.5432');
+  if (existsSync(sockPath)) rmSync(sockPath); // a stale socket from a killed process; the data-dir lock guards liveness
+  const server = new PGLiteSocketServer({ db: pglite, path: sockPath, maxConnections: 1 });
+  await server.start();
+  const pool = new pg.Pool({ host: sockDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 });
+  pool.on('error', () => undefined);
+  const db = new PoolDb('pglite', pool, async () => {
+    await server.stop();
+    await pglite.close();
+  });
+  await migrate(db);
+  return db;
+}

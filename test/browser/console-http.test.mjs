@@ -1,0 +1,223 @@
+// The console over plain HTTP: CSRF, log-in throttling, escaping, cookies, ownership and the ledger CSV export.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { startGateway, bearer, chatBody, assertInvariants, ROOT } from '../helpers/gateway.mjs';
+import { ConsoleClient, parseCsv } from './client.mjs';
+
+const email = () => `c${randomBytes(5).toString('hex')}@example.com`;
+
+test('html`` escapes every interpolation unless it is markup already, and dollars print exactly', async () => {
+  const { html, safe } = await import(join(ROOT, 'dist', 'console', 'html.js'));
+  const { usd } = await import(join(ROOT, 'dist', 'console', 'format.js'));
+  const label = `<b title="x">'&\``;
+  assert.equal(html`<td title="${label}">${label}</td>`.value,
+    '<td title="&lt;b title=&quot;x&quot;&gt;&#39;&amp;&#96;">&lt;b title=&quot;x&quot;&gt;&#39;&amp;&#96;</td>');
+  assert.equal(html`<ul>${['<a>', html`<li>${'<b>'}</li>`]}</ul>`.value, '<ul>&lt;a&gt;<li>&lt;b&gt;</li></ul>');
+  assert.equal(html`${safe('<svg/>')}${null}${undefined}${false}${0}${10n}`.value, '<svg/>010');
+  assert.equal(usd(0n), '$0.00');
+  assert.equal(usd(1_500_000_000n), '$1.50');
+  assert.equal(usd(1_234_567_000_000_001n), '$1,234,567.000000001');
+  assert.equal(usd(-34_000n), '\u2212$0.000034');
+  assert.equal(usd(10_000_000_000n, { plus: true }), '+$10.00');
+});
+
+test('every console POST without the session’s own CSRF token is refused and changes nothing', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const alice = new ConsoleClient(gw.url);
+  await alice.signup(email());
+  const mallory = new ConsoleClient(gw.url);
+  await mallory.signup(email());
+  const foreign = await mallory.csrf('/console/keys');
+
+  for (const form of [{}, { csrf: '' }, { csrf: 'x'.repeat(43) }, { csrf: foreign }]) {
+    const r = await alice.request('/console/keys', { method: 'POST', form: { label: 'forged', scopes: 'llm', ...form } });
+    assert.equal(r.status, 403, `create key with ${JSON.stringify(form)}`);
+    assert.match(r.headers['content-type'], /^text\/html/);
+    assert.match(r.text, /Form check failed/);
+  }
+  for (const path of ['/console/billing/topup', '/console/billing/auto-topup', '/console/billing/card', '/console/logout']) {
+    const r = await alice.request(path, { method: 'POST', form: { amount: '10', csrf: foreign } });
+    assert.equal(r.status, 403, path);
+  }
+  const keys = await alice.request('/console/keys');
+  assert.equal(keys.status, 200, 'still logged in: the forged log-out did nothing');
+  assert.match(keys.text, /No keys yet/);
+  assert.doesNotMatch(keys.text, /forged/);
+
+  // Log-in and sign-up forms carry a pre-session token that must match their cookie.
+  const stranger = new ConsoleClient(gw.url);
+  const login = await stranger.request('/console/login', { method: 'POST', form: { email: email(), password: 'whatever-it-is' } });
+  assert.equal(login.status, 403);
+  const signup = await stranger.request('/console/signup', { method: 'POST', form: { csrf: foreign, email: email(), password: 'long enough pw' } });
+  assert.equal(signup.status, 403);
+
+  // A form post that is not form-encoded is refused too.
+  const json = await alice.request('/console/keys', { method: 'POST', form: { csrf: await alice.csrf('/console/keys') }, headers: { 'content-type': 'application/json' } });
+  assert.equal(json.status, 415);
+});
+
+test('log-in is throttled after 10 failures per email and per IP, with a 429 page', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const victim = email();
+  await new ConsoleClient(gw.url).signup(victim, 'the right password');
+
+  // Per email: ten wrong guesses from one address lock the email for every address.
+  const guesser = new ConsoleClient(gw.url, { localAddress: '127.0.0.2' });
+  for (let i = 0; i < 10; i++) {
+    const r = await guesser.login(victim, `wrong guess ${i}`);
+    assert.equal(r.status, 401, `guess ${i}`);
+    assert.match(r.text, /do not match/);
+  }
+  const locked = await guesser.login(victim, 'the right password');
+  assert.equal(locked.status, 429);
+  assert.match(locked.headers['content-type'], /^text\/html/);
+  assert.equal(locked.headers['retry-after'], '900');
+  assert.match(locked.text, /Too many failed log-in attempts/);
+  const elsewhere = await new ConsoleClient(gw.url, { localAddress: '127.0.0.3' }).login(victim, 'the right password');
+  assert.equal(elsewhere.status, 429, 'the email stays locked from another address');
+
+  // Per IP: ten failures for ten different emails lock that address, not others.
+  const sprayer = new ConsoleClient(gw.url, { localAddress: '127.0.0.4' });
+  for (let i = 0; i < 10; i++) assert.equal((await sprayer.login(email(), 'password123456')).status, 401);
+  assert.equal((await sprayer.login(email(), 'password123456')).status, 429);
+  const other = email();
+  await new ConsoleClient(gw.url).signup(other, 'another right one');
+  const ok = await new ConsoleClient(gw.url, { localAddress: '127.0.0.5' }).login(other, 'another right one');
+  assert.equal(ok.status, 303, 'another address still logs in');
+  assert.equal(ok.headers.location, '/console/keys');
+});
+
+test('a hostile key label is escaped on every page that shows it', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const c = new ConsoleClient(gw.url);
+  await c.signup(email());
+  const hostile = `<script>alert("x")</script><img src=x onerror=alert(1)>'&`;
+  const escaped = '&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&#39;&amp;';
+  const { key, prefix, page } = await c.createKey({ label: hostile });
+  await gw.cli('account', 'credit', await c.accountId(), '--amount', '1');
+  assert.equal((await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() })).status, 200);
+  const pages = {
+    created: page, list: await c.request('/console/keys'), edit: await c.request(`/console/keys/${prefix}`),
+    revoke: await c.request(`/console/keys/${prefix}/revoke`), usage: await c.request('/console/usage'),
+  };
+  for (const [name, r] of Object.entries(pages)) {
+    assert.ok(r.status === 200 || r.status === 201, `${name}: ${r.status}`);
+    assert.ok(!r.text.includes('<script>alert'), `${name} carries no live script`);
+    assert.ok(!r.text.includes('<img src=x'), `${name} carries no live img`);
+    assert.ok(r.text.includes(escaped), `${name} shows the label escaped`);
+    assert.match(r.headers['content-security-policy'], /script-src 'self'/);
+    assert.equal(r.headers['x-frame-options'], 'DENY');
+    assert.equal(r.headers['referrer-policy'], 'same-origin');
+  }
+  // The API reports the label verbatim: escaping belongs to the HTML edge only.
+  assert.equal((await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json()).label, hostile);
+});
+
+test('the session cookie is HttpOnly and SameSite=Lax, stores only a hash, and log-out ends it', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const c = new ConsoleClient(gw.url);
+  const r = await c.signup(email());
+  const cookie = r.setCookies.find((x) => x.startsWith('tg_session='));
+  assert.ok(cookie, 'a session cookie is set');
+  assert.match(cookie, /; HttpOnly/);
+  assert.match(cookie, /; SameSite=Lax/);
+  assert.match(cookie, /; Path=\/console/);
+  assert.doesNotMatch(cookie, /; Secure/, 'not Secure on plain http unless configured');
+  const token = c.jar.get('tg_session');
+
+  const stolen = new ConsoleClient(gw.url);
+  stolen.jar.set('tg_session', token);
+  assert.equal((await stolen.request('/console/keys')).status, 200);
+  const out = await c.post('/console/logout', {}, '/console/keys');
+  assert.equal(out.status, 303);
+  assert.equal(out.headers.location, '/console/login?done=logged-out');
+  const after = await stolen.request('/console/keys');
+  assert.equal(after.status, 303, 'the old token no longer works anywhere');
+  assert.equal(after.headers.location, `/console/login?next=${encodeURIComponent('/console/keys')}`);
+  assert.equal((await stolen.request('/console')).headers.location, '/console/login');
+});
+
+test('one account cannot see, edit or revoke another account’s keys', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const owner = new ConsoleClient(gw.url);
+  await owner.signup(email());
+  const { key, prefix } = await owner.createKey({ label: 'mine' });
+  const other = new ConsoleClient(gw.url);
+  await other.signup(email());
+  assert.equal((await other.request(`/console/keys/${prefix}`)).status, 404);
+  assert.equal((await other.request(`/console/keys/${prefix}/revoke`)).status, 404);
+  assert.equal((await other.post(`/console/keys/${prefix}/revoke`, {}, '/console/keys')).status, 404);
+  assert.equal((await other.post(`/console/keys/${prefix}`, { rpm: '1' }, '/console/keys')).status, 404);
+  assert.doesNotMatch((await other.request('/console/keys')).text, new RegExp(prefix));
+  const info = await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json();
+  assert.equal(info.label, 'mine');
+  assert.notEqual(info.rate_limit.rpm, 1);
+});
+
+test('the console refuses a taken email, a short password, top-ups outside $5 to $1,000 and bad limits, saying why', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const e = email();
+  await new ConsoleClient(gw.url).signup(e);
+  const again = await new ConsoleClient(gw.url).post('/console/signup', { email: e.toUpperCase(), password: 'correct horse battery' });
+  assert.equal(again.status, 409);
+  assert.match(again.text, /exists already/);
+  const short = await new ConsoleClient(gw.url).post('/console/signup', { email: email(), password: 'short' });
+  assert.equal(short.status, 422);
+  const c = new ConsoleClient(gw.url);
+  await c.signup(email());
+  for (const amount of ['4.99', '1000.01', '10.001', 'ten', '-5']) {
+    const r = await c.post('/console/billing/topup', { amount }, '/console/billing');
+    assert.equal(r.status, 422, amount);
+    assert.match(r.text, /from \$5 to \$1,000/);
+  }
+  const auto = await c.post('/console/billing/auto-topup', { enabled: 'on', threshold: 'lots', amount: '10' }, '/console/billing');
+  assert.equal(auto.status, 422);
+  assert.match(auto.text, /<div class="notice err" role="alert">[^<]*threshold/);
+  assert.match(auto.text, /value="lots"/, 'the form keeps what was typed');
+  const bad = await c.post('/console/keys', { label: 'x', scopes: 'llm', rpm: '0' }, '/console/keys');
+  assert.equal(bad.status, 422);
+  assert.match(bad.text, /Requests per minute must be a whole number/);
+});
+
+for (const store of ['pglite', 'postgres']) {
+  test(`the ledger exports as CSV with exact amounts and RFC 4180 quoting (${store})`, async (t) => {
+    const gw = await startGateway(t, store === 'pglite' ? { embedded: true } : { store: 'postgres' });
+    const c = new ConsoleClient(gw.url);
+    assert.equal((await c.request('/console/billing/ledger.csv')).status, 303, 'not without a session');
+    await c.signup(email());
+    const account = await c.accountId();
+    const reason = 'refund, "goodwill"\nsecond line';
+    await gw.cli('account', 'credit', account, '--amount', '2.5', '--reason', reason);
+    await gw.cli('account', 'credit', account, '--amount', '0.000000001', '--reason', '=HYPERLINK("http://evil")');
+    const { key, prefix } = await c.createKey({ label: 'csv' });
+    const chat = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() });
+    assert.equal(chat.status, 200);
+    const usage = (await chat.json()).usage;
+
+    const r = await c.request('/console/billing/ledger.csv');
+    assert.equal(r.status, 200);
+    assert.equal(r.headers['content-type'], 'text/csv; charset=utf-8');
+    assert.match(r.headers['content-disposition'], /attachment; filename="tollgate-ledger\.csv"/);
+    assert.ok(r.text.includes('"refund, ""goodwill""\nsecond line"'), 'quotes doubled and the field quoted');
+    const rows = parseCsv(r.text);
+    assert.deepEqual(rows[0], ['time', 'kind', 'amount_usd', 'reason', 'model', 'key_prefix', 'input_tokens', 'output_tokens']);
+    assert.equal(rows.length, 4);
+    const [, refund, formula, debit] = rows;
+    assert.deepEqual(refund.slice(1, 6), ['credit', '2.5', reason, '', '']);
+    assert.deepEqual(formula.slice(1, 4), ['credit', '0.000000001', `'=HYPERLINK("http://evil")`]);
+    assert.deepEqual(debit.slice(1, 2), ['debit']);
+    assert.deepEqual(debit.slice(3), ['chat.completions', 'sim-chat', prefix, String(usage.prompt_tokens), String(usage.completion_tokens)]);
+    assert.ok(!Number.isNaN(Date.parse(debit[0])));
+    const show = await gw.cli('account', 'show', account);
+    const nano = (d) => { const [w, f = ''] = d.replace('-', '').split('.'); const v = BigInt(w) * 10n ** 9n + BigInt(f.padEnd(9, '0')); return d.startsWith('-') ? -v : v; };
+    assert.equal(rows.slice(1).reduce((a, x) => a + nano(x[2]), 0n), nano(String(show.balance)), 'the rows sum to the balance exactly');
+
+    // The same entries on the usage page: the table and the chart by product.
+    const page = await c.request('/console/usage');
+    assert.match(page.text, new RegExp(`<code>${prefix}…</code>`));
+    assert.match(page.text, /<title>\d{4}-\d\d-\d\d · chat\.completions · \$0\.\d+<\/title>/);
+    await assertInvariants(assert, gw, account);
+  });
+}

@@ -1,0 +1,203 @@
+// The console in a real browser (Chromium via playwright-core): sign up, key once, top up, usage, revoke.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { chromium } from 'playwright-core';
+import { startGateway, bearer, chatBody, assertInvariants, priceNano, ROOT } from '../helpers/gateway.mjs';
+
+const ARTIFACTS = join(ROOT, 'test', 'artifacts');
+const CHROMIUM = process.env.TOLLGATE_CHROMIUM ?? '/usr/bin/chromium';
+
+async function launch(t) {
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM, args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+  t.after(() => browser.close());
+  return browser;
+}
+
+/** Exact dollars as the console prints them: at least cents, thousands separators, nothing rounded. */
+function usd(nano) {
+  const neg = nano < 0n;
+  const a = neg ? -nano : nano;
+  const frac = (a % 1_000_000_000n).toString().padStart(9, '0').replace(/0+$/, '').padEnd(2, '0');
+  return `${neg ? '\u2212' : ''}$${(a / 1_000_000_000n).toLocaleString('en-US')}.${frac}`;
+}
+
+test('a person signs up, creates a key, tops up, sees usage and revokes the key in a browser', async (t) => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const gw = await startGateway(t, { embedded: true });
+  const browser = await launch(t);
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, deviceScaleFactor: 1 });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: gw.url });
+  const page = await context.newPage();
+  const problems = [];
+  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') problems.push(m.text()); });
+  page.on('pageerror', (e) => problems.push(String(e)));
+  const shot = (name, p = page) => p.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true });
+
+  // Sign up.
+  await page.goto(`${gw.url}/console`);
+  assert.equal(new URL(page.url()).pathname, '/console/login');
+  await shot('login');
+  await page.getByRole('link', { name: 'Create an account' }).click();
+  await page.waitForURL('**/console/signup');
+  const email = `b${randomBytes(4).toString('hex')}@example.com`;
+  await page.fill('#email', email);
+  await page.fill('#password', 'correct horse battery');
+  await shot('signup');
+  await Promise.all([page.waitForURL('**/console/keys?done=welcome'), page.getByRole('button', { name: 'Create account' }).click()]);
+  assert.match(await page.locator('.notice.ok').textContent(), /Welcome to Tollgate/);
+  assert.equal(await page.locator('.pill[data-balance]').textContent(), '$0.00');
+  await shot('keys-empty');
+
+  // Create a key with limits; it is shown once, with a working copy button.
+  await page.fill('#label', 'browser test');
+  await page.uncheck('input[name=scopes][value=voice]');
+  await page.fill('#spend_limit', '5');
+  await page.selectOption('#period', 'daily');
+  await page.fill('#rpm', '120');
+  await page.fill('#concurrency', '4');
+  await page.getByRole('button', { name: 'Create key' }).last().click();
+  await page.waitForSelector('#new-key');
+  const key = await page.inputValue('#new-key');
+  assert.match(key, /^svc_live_[0-9A-Za-z]{40}$/);
+  const copy = page.getByRole('button', { name: 'Copy' });
+  await copy.click();
+  await page.getByRole('button', { name: 'Copied' }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), key);
+  await shot('key-created');
+  await page.getByRole('link', { name: 'Done, back to keys' }).click();
+  await page.waitForURL('**/console/keys');
+  assert.ok(!(await page.content()).includes(key), 'the full key is never shown again');
+  const prefix = key.slice(0, 12);
+  const row = page.locator(`tr[data-prefix="${prefix}"]`);
+  assert.match(await row.textContent(), /browser test/);
+  assert.match(await row.textContent(), /\$5\.00 \/ day/);
+
+  // The key works at once, with the limits chosen.
+  let info = await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json();
+  assert.equal(info.label, 'browser test');
+  assert.equal(info.limit, 5);
+  assert.equal(info.limit_reset, 'daily');
+  assert.equal(info.rate_limit.rpm, 120);
+  assert.equal(info.balance, 0);
+
+  // Edit its limits; the change applies to the very next request.
+  await row.getByRole('link', { name: 'Edit' }).click();
+  await page.waitForURL(`**/console/keys/${prefix}`);
+  await page.fill('#rpm', '60');
+  await page.fill('#spend_limit', '7.5');
+  await shot('key-edit');
+  await page.getByRole('button', { name: 'Save limits' }).click();
+  await page.waitForURL('**/console/keys?done=saved');
+  info = await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json();
+  assert.equal(info.rate_limit.rpm, 60);
+  assert.equal(info.limit, 7.5);
+  await shot('keys');
+
+  // Top up $10 through the sandbox checkout and watch the balance rise.
+  await page.getByRole('navigation').getByRole('link', { name: 'Billing' }).click();
+  await page.waitForURL('**/console/billing');
+  assert.equal(await page.locator('#balance').textContent(), '$0.00');
+  const accountId = await page.locator('#account-id').textContent();
+  await page.fill('#amount', '10');
+  await page.getByRole('button', { name: 'Continue to payment' }).click();
+  await page.waitForURL(/\/svc\/v1\/billing\/sandbox\/checkout\/cs_/);
+  await shot('checkout');
+  // A second tab on the return page before the payment clears: it shows the wait, then the credit, by itself.
+  const session = new URL(page.url()).pathname.split('/').pop();
+  const waiting = await context.newPage();
+  waiting.on('pageerror', (e) => problems.push(String(e)));
+  await waiting.goto(`${gw.url}/console/billing?paid=${session}`);
+  assert.match(await waiting.locator('[data-poll-session]').textContent(), /as soon as the payment clears/);
+  assert.equal(await waiting.locator('#balance').textContent(), '$0.00');
+  await shot('billing-waiting', waiting);
+  await Promise.all([page.waitForURL(`**/console/billing?paid=${session}`), page.getByRole('button', { name: 'Pay $10.00' }).click()]);
+  assert.equal(await page.locator('#balance').textContent(), '$10.00');
+  await page.locator('.notice.ok', { hasText: 'Payment received: $10.00 was added to your balance.' }).waitFor();
+  await waiting.locator('.notice.ok', { hasText: 'Payment received: $10.00 was added to your balance.' }).waitFor({ timeout: 15_000 });
+  assert.equal(await waiting.locator('#balance').textContent(), '$10.00');
+  assert.equal(await waiting.locator('.pill[data-balance]').textContent(), '$10.00');
+  await waiting.close();
+  assert.equal(await page.locator('.pill[data-balance]').textContent(), '$10.00');
+  const credit = page.locator('table tbody tr').first();
+  assert.match(await credit.textContent(), /credit\s+\+\$10\.00/);
+  await shot('billing');
+
+  // Save a card whose off-session charges need authentication, and arm automatic top-up above the balance.
+  await page.getByRole('button', { name: 'Save a card' }).click();
+  await page.waitForLoadState('load');
+  await page.fill('#card_number', '4000 0027 6000 3184');
+  await shot('checkout-card');
+  await Promise.all([page.waitForURL('**/console/billing?done=card'), page.getByRole('button', { name: 'Save card' }).click()]);
+  assert.doesNotMatch(await page.locator('#card').textContent(), /no card saved/);
+  await page.check('input[name=enabled]');
+  await page.fill('#threshold', '20');
+  await page.fill('#auto-amount', '10');
+  await page.getByRole('button', { name: 'Save settings' }).click();
+  await page.waitForURL('**/console/billing?done=auto-topup');
+  assert.ok(await page.isChecked('input[name=enabled]'));
+
+  // A billed request appears in the usage table and chart.
+  const chat = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() });
+  assert.equal(chat.status, 200);
+  const { usage } = await chat.json();
+  const cost = priceNano(usage.prompt_tokens, usage.completion_tokens);
+  await page.getByRole('navigation').getByRole('link', { name: 'Usage' }).click();
+  await page.waitForURL('**/console/usage');
+  const recent = page.locator('#recent tbody tr').first();
+  const cells = await recent.locator('td').allInnerTexts();
+  assert.equal(cells[1], `${prefix}…`);
+  assert.equal(cells[2], 'chat.completions');
+  assert.equal(cells[3], 'sim-chat');
+  assert.equal(cells[4], `${usage.prompt_tokens} in · ${usage.completion_tokens} out`);
+  assert.equal(cells[5], usd(cost));
+  const today = new Date().toISOString().slice(0, 10);
+  assert.equal(await page.locator('#by-product svg rect title').first().textContent(), `${today} · chat.completions · ${usd(cost)}`);
+  assert.equal(await page.locator('#by-key svg rect title').first().textContent(), `${today} · ${prefix}… (browser test) · ${usd(cost)}`);
+  await shot('usage');
+
+  // The billed request took the balance under the threshold: the charge needs authentication, and billing says so.
+  await page.getByRole('navigation').getByRole('link', { name: 'Billing' }).click();
+  for (let i = 0; i < 50 && (await page.locator('#auto-status').count()) === 0; i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    await page.reload();
+  }
+  assert.equal(await page.locator('#auto-status').getAttribute('data-status'), 'authentication_required');
+  await shot('billing-auto-topup');
+
+  // Revoke the key (with a confirmation step): the API refuses it, the console keeps its history.
+  await page.getByRole('navigation').getByRole('link', { name: 'API keys' }).click();
+  await row.getByRole('link', { name: 'Revoke' }).click();
+  await page.waitForURL(`**/console/keys/${prefix}/revoke`);
+  await shot('key-revoke');
+  assert.equal((await gw.fetch('/svc/v1/key', { headers: bearer(key) })).status, 200, 'nothing happens before confirming');
+  await page.getByRole('button', { name: 'Revoke key' }).click();
+  await page.waitForURL('**/console/keys?done=revoked');
+  assert.match(await row.textContent(), /revoked/);
+  assert.match(await row.textContent(), new RegExp(usd(cost).replace(/[$.]/g, '\\$&')), 'usage history stays listed');
+  assert.equal(await row.getByRole('link', { name: 'Edit' }).count(), 0);
+  await shot('keys-revoked');
+  const refused = await gw.fetch('/svc/v1/key', { headers: bearer(key) });
+  assert.equal(refused.status, 401);
+
+  assert.deepEqual(problems, [], 'no script errors, CSP violations or failed loads');
+
+  // Errors are pages too, inside the signed-in frame.
+  const missing = await page.goto(`${gw.url}/console/keys/svc_live_nope`);
+  assert.equal(missing.status(), 404);
+  assert.match(missing.headers()['content-type'], /^text\/html/);
+  await page.getByRole('heading', { name: 'Key not found' }).waitFor();
+  await shot('not-found');
+
+  // Log out.
+  await page.getByRole('button', { name: 'Log out' }).click();
+  await page.waitForURL('**/console/login?done=logged-out');
+  await page.goto(`${gw.url}/console/billing`);
+  assert.equal(new URL(page.url()).pathname, '/console/login');
+
+  await assertInvariants(assert, gw, accountId);
+});

@@ -1,0 +1,165 @@
+// Chat completions through the gateway: pass-through, rejected parameters, streaming usage, disconnect billing, upstream faults.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToNano } from './helpers/gateway.mjs';
+import { startSim } from '../dist/sim/index.js';
+
+const post = (gw, key, body, extra = {}, signal) =>
+  gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), ...extra }, body, signal });
+
+function events(text) {
+  return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+}
+
+async function balanceNano(gw, account) {
+  return dollarsToNano((await gw.cli('account', 'show', account)).balance);
+}
+
+test('a streamed chat without include_usage gets no usage chunk but is billed from the upstream usage', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key, account } = await gw.account('2');
+  const plain = await (await post(gw, key, chatBody({ seed: 7 }))).json();
+  const res = await post(gw, key, chatBody({ seed: 7, stream: true }));
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('content-type'), /text\/event-stream/);
+  const ev = events(await res.text());
+  assert.equal(ev.at(-1), '[DONE]');
+  const chunks = ev.slice(0, -1).map((e) => JSON.parse(e));
+  assert.ok(chunks.every((c) => c.choices.length > 0), 'no usage-only chunk');
+  assert.ok(chunks.every((c) => c.usage === undefined || c.usage === null), 'no running usage leaked');
+  const text = chunks.map((c) => c.choices[0].delta.content ?? '').join('');
+  assert.equal(text, plain.choices[0].message.content, 'same deterministic output as non-streamed');
+  const expected = dollarsToNano('2') - 2n * priceNano(plain.usage.prompt_tokens, plain.usage.completion_tokens);
+  assert.equal(await balanceNano(gw, account), expected);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a streamed chat with include_usage gets exactly one final usage chunk', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key, account } = await gw.account('2');
+  const res = await post(gw, key, chatBody({ stream: true, stream_options: { include_usage: true } }));
+  const ev = events(await res.text());
+  const chunks = ev.slice(0, -1).map((e) => JSON.parse(e));
+  const usageChunks = chunks.filter((c) => c.usage);
+  assert.equal(usageChunks.length, 1);
+  assert.deepEqual(usageChunks[0].choices, []);
+  assert.equal(chunks.at(-1), usageChunks[0]);
+  const u = usageChunks[0].usage;
+  assert.equal(await balanceNano(gw, account), dollarsToNano('2') - priceNano(u.prompt_tokens, u.completion_tokens));
+  await assertInvariants(assert, gw, account);
+});
+
+test('streamed chat is billed for the prompt and produced tokens when the client drops', async (t) => {
+  const sim = await startSim();
+  t.after(() => sim.close());
+  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { base_url: sim.url, continuous_usage_stats: false } } });
+  const { key, account } = await gw.account('2');
+  const full = await (await post(gw, key, chatBody({ seed: 3, max_tokens: 60 }))).json();
+  const afterFull = await balanceNano(gw, account);
+  const ctl = new AbortController();
+  const res = await post(gw, key, chatBody({ seed: 3, max_tokens: 60, stream: true }), { 'x-sim-token-delay-ms': '40' }, ctl.signal);
+  const reader = res.body.getReader();
+  let text = '';
+  while ((text.match(/"content":"[^"]/g) ?? []).length < 5) text += Buffer.from((await reader.read()).value).toString();
+  ctl.abort();
+  const deadline = Date.now() + 3000;
+  let now;
+  do {
+    await new Promise((r) => setTimeout(r, 100));
+    now = await balanceNano(gw, account);
+  } while (now === afterFull && Date.now() < deadline);
+  const charged = afterFull - now;
+  const promptOnly = priceNano(full.usage.prompt_tokens, 0);
+  const complete = priceNano(full.usage.prompt_tokens, full.usage.completion_tokens);
+  assert.ok(charged > promptOnly, `charged ${charged} covers the prompt and some output`);
+  assert.ok(charged < complete, `charged ${charged} is less than the full completion ${complete}`);
+  const produced = (charged - promptOnly) / 2500n;
+  assert.ok(produced >= 5n && produced < BigInt(full.usage.completion_tokens), `${produced} tokens billed`);
+  const stats = sim.stats();
+  assert.equal(stats.abortedStreams, 1, 'the upstream generation was stopped');
+  assert.equal(stats.activeStreams, 0);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a dropped stream is billed from running usage when the upstream reports it (vLLM continuous_usage_stats)', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { sim: { token_delay_ms: 30 } } } });
+  const { key, account } = await gw.account('2');
+  const ctl = new AbortController();
+  const res = await post(gw, key, chatBody({ stream: true, max_tokens: 60 }), {}, ctl.signal);
+  const reader = res.body.getReader();
+  let text = '';
+  while ((text.match(/"content":"[^"]/g) ?? []).length < 4) text += Buffer.from((await reader.read()).value).toString();
+  assert.doesNotMatch(text, /"usage":\{/, 'running usage the client did not ask for is stripped');
+  ctl.abort();
+  const deadline = Date.now() + 3000;
+  let bal;
+  do { await new Promise((r) => setTimeout(r, 100)); bal = await balanceNano(gw, account); } while (bal === dollarsToNano('2') && Date.now() < deadline);
+  assert.ok(bal < dollarsToNano('2'));
+  await assertInvariants(assert, gw, account);
+});
+
+test('reasoning tokens are billed once, as part of completion tokens', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key, account } = await gw.account('1');
+  const res = await post(gw, key, chatBody({ model: 'sim-reasoner' }));
+  const body = await res.json();
+  const u = body.usage;
+  assert.ok(u.completion_tokens_details.reasoning_tokens > 0);
+  assert.ok(u.completion_tokens > u.completion_tokens_details.reasoning_tokens);
+  assert.equal(await balanceNano(gw, account), dollarsToNano('1') - priceNano(u.prompt_tokens, u.completion_tokens));
+});
+
+test('upstream failures are 502/504 in the envelope and bill nothing', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { sim: {}, timeout_ms: 800 } } });
+  const { key, account } = await gw.account('2');
+  const cases = [
+    [{ 'x-sim-fail-status': '500' }, 502, 'upstream_error'],
+    [{ 'x-sim-fail-status': '503' }, 502, 'upstream_error'],
+    [{ 'x-sim-malformed': '1' }, 502, 'upstream_malformed_response'],
+    [{ 'x-sim-truncate-after': '3' }, 502, 'upstream_malformed_response'],
+    [{ 'x-sim-hang': '1' }, 504, 'upstream_timeout'],
+  ];
+  for (const [headers, status, code] of cases) {
+    const res = await post(gw, key, chatBody(), headers);
+    assert.equal(res.status, status, JSON.stringify(headers));
+    const body = await res.json();
+    assert.equal(body.error.code, code);
+    assert.doesNotMatch(body.error.message, /Traceback|sim/i);
+  }
+  assert.equal(await balanceNano(gw, account), dollarsToNano('2'));
+  await assertInvariants(assert, gw, account);
+});
+
+test('rejected parameters are 400 unsupported_parameter naming the parameter, and bill nothing', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key, account } = await gw.account('1');
+  const cases = {
+    audio: { voice: 'alloy', format: 'wav' }, prediction: { type: 'content', content: 'x' }, web_search_options: {},
+    functions: [{ name: 'f', parameters: {} }], function_call: 'auto', modalities: ['text', 'audio'],
+  };
+  for (const [param, value] of Object.entries(cases)) {
+    const res = await post(gw, key, chatBody({ [param]: value }));
+    assert.equal(res.status, 400, param);
+    const { error } = await res.json();
+    assert.equal(error.code, 'unsupported_parameter');
+    assert.equal(error.param, param);
+  }
+  const text = await post(gw, key, chatBody({ modalities: ['text'], some_vendor_field: { x: 1 } }));
+  assert.equal(text.status, 200, 'modalities ["text"] and unknown fields pass through');
+  await text.json();
+  await assertInvariants(assert, gw, account);
+});
+
+test('an unknown model is 404 model_not_found naming the nearest model', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key } = await gw.account('1');
+  const res = await post(gw, key, chatBody({ model: 'sim-chatt' }));
+  assert.equal(res.status, 404);
+  const { error } = await res.json();
+  assert.equal(error.code, 'model_not_found');
+  assert.equal(error.param, 'model');
+  assert.equal(error.message, 'The model `sim-chatt` does not exist. Did you mean `sim-chat`?');
+  const alias = await post(gw, key, chatBody({ model: 'tollgate-27b' }));
+  assert.equal(alias.status, 200, 'an alias resolves');
+  assert.equal((await alias.json()).model, 'sim-chat');
+});

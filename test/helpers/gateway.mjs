@@ -1,0 +1,177 @@
+// Boots a real `tollgate serve` process on port 0 with its own store (PGlite dir or a fresh PostgreSQL
+// database) and Redis key prefix, and tears it all down after the test.
+import { spawn, execFile } from 'node:child_process';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+import { promisify } from 'node:util';
+import pg from '../../node_modules/pg/lib/index.js';
+
+const run = promisify(execFile);
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const CLI = join(ROOT, 'dist', 'cli.js');
+export const PG_ADMIN_URL = process.env.TOLLGATE_TEST_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
+export const REDIS_URL = process.env.TOLLGATE_TEST_REDIS ?? 'redis://127.0.0.1:6379';
+
+export const TEST_MODELS = [
+  { id: 'sim-chat', upstream: 'sim', aliases: ['tollgate-27b'], kind: 'chat', simulated: true, input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
+  { id: 'sim-reasoner', upstream: 'sim', kind: 'chat', simulated: true, input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
+  { id: 'sim-embed', upstream: 'sim', kind: 'embedding', simulated: true, input_per_mtok: '0.02', output_per_mtok: '0', max_output_tokens: 1 },
+];
+
+/** A fresh PostgreSQL database; dropped by the returned cleanup. */
+export async function freshDatabase() {
+  const name = `tg_test_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client({ connectionString: PG_ADMIN_URL });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = PG_ADMIN_URL.replace(/\/[^/]*$/, `/${name}`);
+  return {
+    url,
+    async drop() {
+      const c = new pg.Client({ connectionString: PG_ADMIN_URL });
+      await c.connect();
+      await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await c.end();
+    },
+  };
+}
+
+/**
+ * options: { store: 'pglite' | 'postgres', redis: boolean, embedded: boolean (no --config at all),
+ *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env }
+ */
+export async function startGateway(t, options = {}) {
+  const store = options.store ?? 'postgres';
+  const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'tollgate-test-'));
+  const env = { ...process.env, TOLLGATE_LOG_REQUESTS: '0', ...(options.env ?? {}) };
+  const cleanups = [];
+  let configPath = null;
+  let db = options.database ?? null;
+  if (!options.embedded) {
+    const config = {
+      listen: '127.0.0.1:0',
+      upstreams: options.upstreams ?? { sim: { sim: {} } },
+      models: options.models ?? TEST_MODELS,
+      limits: options.limits ?? {},
+    };
+    if (store === 'postgres') {
+      if (!db) { db = await freshDatabase(); cleanups.push(() => db.drop()); }
+      env.TOLLGATE_TEST_DATABASE_URL = db.url;
+      config.database = { url_env: 'TOLLGATE_TEST_DATABASE_URL', pool_size: 8 };
+    }
+    if (options.redis) {
+      const prefix = options.redisPrefix ?? `tgtest:${randomBytes(5).toString('hex')}:`;
+      env.TOLLGATE_TEST_REDIS_URL = REDIS_URL;
+      config.redis = { url_env: 'TOLLGATE_TEST_REDIS_URL', key_prefix: prefix };
+      if (!options.redisPrefix) cleanups.push(() => clearRedisPrefix(prefix));
+    }
+    configPath = join(dir, 'config.json');
+    writeFileSync(configPath, JSON.stringify(config, null, 2));
+  }
+  const args = ['serve', '--data-dir', dir, '--listen', '127.0.0.1:0'];
+  if (configPath) args.push('--config', configPath);
+  const proc = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const output = { stdout: '', stderr: '' };
+  proc.stderr.on('data', (d) => { output.stderr += d; });
+  const listening = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`gateway did not start:\n${output.stdout}\n${output.stderr}`)), 30_000);
+    proc.stdout.on('data', (d) => {
+      output.stdout += d;
+      for (const line of output.stdout.split('\n')) {
+        if (!line.startsWith('{')) continue;
+        try {
+          const j = JSON.parse(line);
+          if (j.msg === 'listening') { clearTimeout(timer); resolve(j); }
+        } catch { /* partial line */ }
+      }
+    });
+    proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`gateway exited with ${code}:\n${output.stdout}\n${output.stderr}`)); });
+  });
+  const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+  const gw = {
+    proc, dir, output, db, exited, configPath,
+    url: listening.base_url,
+    /** Runs a CLI command against the same store, returning its --json object. */
+    async cli(...cliArgs) {
+      const full = [CLI, ...cliArgs, '--json', '--data-dir', dir, ...(configPath ? ['--config', configPath] : [])];
+      const { stdout } = await run(process.execPath, full, { env });
+      return JSON.parse(stdout);
+    },
+    /** An account with `credit` dollars and one key with the given options; returns {account, key, prefix}. */
+    async account(credit = '10', keyOpts = {}) {
+      const email = `u${randomBytes(5).toString('hex')}@example.com`;
+      const acct = await gw.cli('account', 'create', '--email', email, '--credit', String(credit));
+      const key = await gw.newKey(acct.account_id, keyOpts);
+      return { account: acct.account_id, key: key.key, prefix: key.prefix };
+    },
+    async newKey(accountId, o = {}) {
+      const a = ['key', 'create', '--account', accountId];
+      if (o.scopes) a.push('--scopes', o.scopes);
+      if (o.label) a.push('--label', o.label);
+      if (o.spendLimit) a.push('--spend-limit', String(o.spendLimit), '--period', o.period ?? 'monthly');
+      if (o.rpm) a.push('--rpm', String(o.rpm));
+      if (o.concurrency) a.push('--concurrency', String(o.concurrency));
+      return gw.cli(...a);
+    },
+    fetch(path, init = {}) {
+      return fetch(gw.url + path, init);
+    },
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) { proc.kill('SIGTERM'); }
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+      await exited;
+    },
+  };
+  t.after(async () => {
+    await gw.stop();
+    for (const c of cleanups.reverse()) await c().catch(() => undefined);
+    if (!options.dataDir) rmSync(dir, { recursive: true, force: true });
+  });
+  return gw;
+}
+
+export async function clearRedisPrefix(prefix) {
+  const { Redis } = await import('../../node_modules/ioredis/built/index.js');
+  const r = new Redis(REDIS_URL);
+  let cursor = '0';
+  do {
+    const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
+    cursor = next;
+    if (keys.length) await r.del(...keys);
+  } while (cursor !== '0');
+  await r.quit();
+}
+
+export function bearer(key) {
+  return { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+}
+
+export function chatBody(extra = {}) {
+  return JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Say hello to the gateway.' }], ...extra });
+}
+
+/** Prices tokens exactly as the embedded default does: $0.30 in, $2.50 out per 1M tokens, one ceil. */
+export function priceNano(input, output, inPerM = 300_000_000n, outPerM = 2_500_000_000n) {
+  const num = BigInt(input) * inPerM + BigInt(output) * outPerM;
+  return num === 0n ? 0n : (num + 999_999n) / 1_000_000n;
+}
+
+export function dollarsToNano(d) {
+  const [w, f = ''] = String(d).split('.');
+  return BigInt(w) * 1_000_000_000n + BigInt(f.padEnd(9, '0').slice(0, 9));
+}
+
+/** After a test: balance equals the ledger's sum and no holds are left open. */
+export async function assertInvariants(assert, gw, accountId) {
+  const show = await gw.cli('account', 'show', accountId);
+  assert.equal(show.balance, show.ledger_total, 'balance equals the sum of the ledger');
+  const m = await (await gw.fetch('/metrics')).text();
+  const holds = /^tollgate_open_holds (\d+)/m.exec(m);
+  assert.ok(holds, 'metrics expose open holds');
+  assert.equal(Number(holds[1]), 0, 'no holds left open');
+}

@@ -1,0 +1,99 @@
+// The ledger on both stores: idempotent settles, reused request ids, group commits, balance == Σ ledger.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { freshDatabase } from './helpers/gateway.mjs';
+import { openPglite, openPostgres } from '../dist/store/db.js';
+import { Settler } from '../dist/ledger/settle.js';
+import { createAccount } from '../dist/store/accounts.js';
+import { createKey, keyByHash, revokeKey } from '../dist/store/keys.js';
+import { hashKey } from '../dist/store/ids.js';
+
+const STORES = {
+  async pglite(t) {
+    const dir = mkdtempSync(join(tmpdir(), 'tollgate-store-'));
+    const db = await openPglite(dir);
+    t.after(async () => { await db.close(); rmSync(dir, { recursive: true, force: true }); });
+    return db;
+  },
+  async postgres(t) {
+    const fresh = await freshDatabase();
+    const db = await openPostgres(fresh.url, 8);
+    t.after(async () => { await db.close(); await fresh.drop(); });
+    return db;
+  },
+};
+
+const quiet = { balance() {}, spend() {} };
+
+async function totals(db, accountId) {
+  const r = await db.query(`SELECT (SELECT balance_nd FROM accounts WHERE id = $1) AS balance,
+    (SELECT coalesce(sum(amount_nd), 0)::bigint FROM ledger WHERE account_id = $1) AS sum,
+    (SELECT count(*)::int FROM ledger WHERE account_id = $1) AS n`, [accountId]);
+  return r.rows[0];
+}
+
+for (const [name, open] of Object.entries(STORES)) {
+  test(`a retried settle bills once and a reused request id bills again (${name})`, async (t) => {
+    const db = await open(t);
+    const s = new Settler(db, quiet);
+    const acct = await createAccount(db, 'a@example.com');
+    const { record: key } = await createKey(db, { accountId: acct.id });
+    await s.submit({ idemKey: 'credit:1', nonce: 'c1', accountId: acct.id, keyId: null, kind: 'credit', amount: 5_000_000_000n, reason: 'test' });
+    const debit = { idemKey: 'req_same', nonce: 'n1', accountId: acct.id, keyId: key.id, kind: 'debit', amount: 1234n, reason: 'chat' };
+    const first = await s.submit(debit);
+    const retry = await s.submit(debit);
+    assert.equal(first.applied, true);
+    assert.equal(retry.applied, false);
+    const reused = await s.submit({ ...debit, nonce: 'n2' });
+    assert.equal(reused.applied, true);
+    assert.equal(reused.idemKey, 'req_same~n2');
+    const tt = await totals(db, acct.id);
+    assert.equal(tt.balance, 5_000_000_000n - 2468n);
+    assert.equal(tt.balance, tt.sum);
+    assert.equal(tt.n, 3);
+  });
+
+  test(`hundreds of concurrent settles group-commit and keep balance equal to the ledger (${name})`, async (t) => {
+    const db = await open(t);
+    const s = new Settler(db, quiet);
+    const accts = await Promise.all([0, 1, 2].map((i) => createAccount(db, `g${i}@example.com`)));
+    const keys = await Promise.all(accts.map((a) => createKey(db, { accountId: a.id })));
+    const jobs = [];
+    for (let i = 0; i < 300; i++) {
+      const a = accts[i % 3];
+      jobs.push(s.submit({ idemKey: `r${i}`, nonce: `n${i}`, accountId: a.id, keyId: keys[i % 3].record.id, kind: 'debit', amount: BigInt(1000 + i), reason: 'chat' }));
+      if (i % 50 === 0) jobs.push(s.submit({ idemKey: `c${i}`, nonce: `c${i}`, accountId: a.id, keyId: null, kind: 'credit', amount: 1_000_000n, reason: 'top-up' }));
+      if (i % 7 === 0) jobs.push(s.submit({ idemKey: `r${i}`, nonce: `n${i}`, accountId: a.id, keyId: keys[i % 3].record.id, kind: 'debit', amount: BigInt(1000 + i), reason: 'chat' }));
+    }
+    await Promise.all(jobs);
+    assert.ok(s.commits < jobs.length / 4, `grouped: ${s.commits} commits for ${jobs.length} entries`);
+    let debited = 0n;
+    for (let i = 0; i < 300; i++) debited += BigInt(1000 + i);
+    let all = 0n;
+    for (const a of accts) {
+      const tt = await totals(db, a.id);
+      assert.equal(tt.balance, tt.sum);
+      all += tt.sum;
+    }
+    assert.equal(all, 6n * 1_000_000n - debited);
+    const spend = await db.query(`SELECT period, sum(spent_nd)::bigint AS s FROM key_spend GROUP BY period ORDER BY period`);
+    assert.deepEqual(spend.rows.map((r) => [r.period, r.s]), [['day', debited], ['month', debited]]);
+  });
+
+  test(`keys are stored only as a SHA-256 hash with a 12-character prefix (${name})`, async (t) => {
+    const db = await open(t);
+    const acct = await createAccount(db, 'k@example.com');
+    const { key, record } = await createKey(db, { accountId: acct.id, label: 'x', scopes: ['llm'] });
+    assert.match(key, /^svc_live_[0-9A-Za-z]{40}$/);
+    assert.equal(record.prefix, key.slice(0, 12));
+    const raw = await db.query('SELECT * FROM api_keys');
+    assert.ok(!JSON.stringify(raw.rows, (_k, v) => (typeof v === 'bigint' ? String(v) : v)).includes(key.slice(12)), 'the secret part is not stored');
+    assert.equal((await keyByHash(db, hashKey(key))).id, record.id);
+    const rev = await revokeKey(db, record.prefix);
+    assert.ok(rev.revokedAt instanceof Date);
+    assert.ok(rev.version > record.version, 'a change bumps the version the caches follow');
+  });
+}
