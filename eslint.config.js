@@ -10,7 +10,7 @@ const nodeGlobals = Object.fromEntries(
 );
 
 export default tseslint.config(
-  { ignores: ["dist/**", "node_modules/**", ".venv/**", "test/artifacts/**", "tollgate-data/**"] },
+  { ignores: ["dist/**", "**/node_modules/**", "**/.venv*/**", "test/artifacts/**", "tollgate-data/**", "bench/results/**"] },
   js.configs.recommended,
   {
     files: ["src/**/*.ts"],

@@ -37,6 +37,14 @@ function typeName(s: TSchema): string {
   return typeof t === 'string' ? `${t}_type` : 'value_error';
 }
 
+/** Throws 400 unsupported_parameter for the first of `params` the request asks for (null and false ask for nothing). */
+export function rejectAsked(req: Record<string, unknown>, params: readonly string[]): void {
+  for (const p of params) {
+    const v = req[p];
+    if (v !== undefined && v !== null && v !== false) throw unsupported(p);
+  }
+}
+
 export function unsupported(param: string, why = ''): GatewayError {
   return new GatewayError({ status: 400, code: 'unsupported_parameter', param,
     message: `Unsupported parameter: '${param}' is not supported by this service${why ? `: ${why}` : ''}.` });

@@ -2,7 +2,7 @@
 import type { Services } from '../../server/app.js';
 import type { Route } from '../../server/router.js';
 import { countTokens } from '../../sim/index.js';
-import { unsupported, parseJson } from '../validate.js';
+import { unsupported, parseJson, rejectAsked } from '../validate.js';
 import { checkChat, CHAT_REJECTED } from './schemas.js';
 import { metered } from './metered.js';
 
@@ -24,7 +24,7 @@ export function chatRoutes(s: Services): Route[] {
 }
 
 export function rejectChatParams(req: Record<string, unknown>): void {
-  for (const p of CHAT_REJECTED) if (req[p] !== undefined && req[p] !== null) throw unsupported(p);
+  rejectAsked(req, CHAT_REJECTED);
   const mod = req.modalities;
   if (mod !== undefined && mod !== null && !(Array.isArray(mod) && mod.length === 1 && mod[0] === 'text')) {
     throw unsupported('modalities', 'only ["text"] output is available');

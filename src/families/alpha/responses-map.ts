@@ -92,7 +92,7 @@ export function responseObject(sh: ResponseShell, status: string, output: Obj[],
 
 export function usageObject(input: number, output: number, reasoning: number): Obj {
   return {
-    input_tokens: input, input_tokens_details: { cached_tokens: 0 },
+    input_tokens: input, input_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 },
     output_tokens: output, output_tokens_details: { reasoning_tokens: reasoning }, total_tokens: input + output,
   };
 }

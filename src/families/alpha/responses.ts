@@ -2,7 +2,7 @@
 import type { Services } from '../../server/app.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
-import { compile, parseJson, unsupported } from '../validate.js';
+import { compile, parseJson, rejectAsked } from '../validate.js';
 import { metered } from './metered.js';
 import { chatPromptTokens, choicesText } from './chat.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
@@ -24,7 +24,7 @@ export function responsesRoutes(s: Services): Route[] {
     method: 'POST', path: '/alpha/v1/responses', name: 'responses', scope: 'llm',
     handler: async (ctx, { body }) => {
       const req = parseJson(check, body) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
-      for (const p of RESPONSES_REJECTED) if (req[p] !== undefined && req[p] !== null) throw unsupported(p);
+      rejectAsked(req, RESPONSES_REJECTED);
       const model = s.models.resolve(req.model, 'chat');
       const maxOut = Math.min(req.max_output_tokens ?? model.maxOutputTokens, model.maxOutputTokens);
       if (s.upstreams.config(model.upstream).responsesApi) {

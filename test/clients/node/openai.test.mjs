@@ -468,9 +468,9 @@ test('an account with no credit gets a 402 insufficient_balance APIError', async
 });
 
 test('a key past its spend limit gets a 402 key_spend_limit_reached APIError', async () => {
-  const capped = await gw.account('5', { spendLimit: '0.0001', period: 'daily' });
+  const capped = await gw.account('5', { spendLimit: '0.000001', period: 'daily' });
   const client = gw.client(capped.key);
-  await client.chat.completions.create({ model: 'sim-chat', messages: HELLO }); // costs more than the ceiling
+  await client.chat.completions.create({ model: 'sim-chat', messages: HELLO }); // one output token alone costs more than the $0.000001 ceiling
   assert.equal((await gw.keyInfo(capped.key)).nano.limit_remaining, 0n);
   await assert.rejects(client.chat.completions.create({ model: 'sim-chat', messages: HELLO }), (err) => {
     assert.ok(err instanceof OpenAI.APIError);

@@ -152,9 +152,9 @@ def test_an_account_with_no_credit_gets_402_insufficient_balance(gateway, spec):
 
 
 def test_a_key_past_its_spend_limit_gets_402_key_spend_limit_reached(gateway, spec):
-    capped = gateway.account("5", spend_limit="0.0001", period="daily")
+    capped = gateway.account("5", spend_limit="0.000001", period="daily")
     client = gateway.client(capped.key)
-    client.chat.completions.create(model="sim-chat", messages=HELLO)  # costs more than the $0.0001 ceiling
+    client.chat.completions.create(model="sim-chat", messages=HELLO)  # one output token alone costs more than the $0.000001 ceiling
     info = gateway.key_info(capped.key)
     assert info["limit_remaining"] == 0
     with pytest.raises(openai.APIStatusError) as caught:
