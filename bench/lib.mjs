@@ -8,8 +8,11 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) || 100;
 
-/** Starts a process and resolves when a stdout/stderr line matches `ready`. */
-export function start(name, cmd, args, { env = {}, ready, cwd = ROOT, timeoutMs = 60_000 } = {}) {
+/**
+ * Starts a process and resolves when a stdout/stderr line matches `ready`, or, with `readyUrl`, when
+ * that URL answers (for servers that print nothing once they listen, like LiteLLM at log level ERROR).
+ */
+export function start(name, cmd, args, { env = {}, ready, readyUrl, cwd = ROOT, timeoutMs = 60_000 } = {}) {
   const proc = spawn(cmd, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let out = '';
   return new Promise((resolve, reject) => {
@@ -17,12 +20,24 @@ export function start(name, cmd, args, { env = {}, ready, cwd = ROOT, timeoutMs 
     const onData = (d) => {
       out += d;
       if (out.length > 200_000) out = out.slice(-100_000);
-      const m = ready.exec(out);
+      const m = ready?.exec(out);
       if (m) { clearTimeout(timer); resolve({ name, proc, pid: proc.pid, match: m, log: () => out }); }
     };
     proc.stdout.on('data', onData);
     proc.stderr.on('data', onData);
     proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`${name} exited (${code}):\n${out.slice(-3000)}`)); });
+    if (readyUrl) {
+      const poll = async () => {
+        while (proc.exitCode === null) {
+          try {
+            const r = await fetch(readyUrl, { signal: AbortSignal.timeout(2000) });
+            if (r.ok) { clearTimeout(timer); resolve({ name, proc, pid: proc.pid, match: [readyUrl], log: () => out }); return; }
+          } catch { /* not listening yet */ }
+          await new Promise((r) => setTimeout(r, 500));
+        }
+      };
+      void poll();
+    }
   });
 }
 

@@ -13,8 +13,8 @@ const CLI = join(ROOT, 'dist/cli.js');
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const PLAN = QUICK
-  ? { rates: [1000], rateSecs: 3, maxSecs: 3, streams: 500, streamRounds: 2, keySecs: 2 }
-  : { rates: [1000, 2000, 5000], rateSecs: 10, maxSecs: 10, streams: 9900, streamRounds: 3, keySecs: 8 };
+  ? { seqSecs: 2, rates: [1000], rateSecs: 3, maxSecs: 3, streams: 500, streamRounds: 2, keySecs: 2 }
+  : { seqSecs: 5, rates: [1000, 2000, 5000], rateSecs: 10, maxSecs: 10, streams: 9900, streamRounds: 3, keySecs: 8 };
 const IN_PER_M = 300_000_000n; // $0.30 per 1M input tokens, in nanodollars
 const OUT_PER_M = 2_500_000_000n;
 const CHAT = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hello, how are you today?' }], max_tokens: 16 });
@@ -77,10 +77,13 @@ async function litellm(simUrl, streamSimUrl) {
     'litellm_settings:', '  telemetry: false', '  drop_params: false',
   ].join('\n'));
   const bin = join(ROOT, 'bench/.venv-litellm/bin/litellm');
-  const p = await start('litellm', bin, ['--config', cfg, '--host', '127.0.0.1', '--port', String(40000 + (process.pid % 20000)), '--num_workers', '1'],
-    { env: { LITELLM_LOG: 'ERROR', LITELLM_TELEMETRY: 'False', DISABLE_SCHEMA_UPDATE: 'true' }, ready: /Uvicorn running on (http:\/\/[^\s]+)/, timeoutMs: 120_000 });
+  const url = `http://127.0.0.1:${40000 + (process.pid % 20000)}`;
+  // LITELLM_LOCAL_MODEL_COST_MAP: use the cost map shipped in the package instead of fetching it.
+  const p = await start('litellm', bin, ['--config', cfg, '--host', '127.0.0.1', '--port', url.split(':')[2], '--num_workers', '1'],
+    { env: { LITELLM_LOG: 'ERROR', LITELLM_TELEMETRY: 'False', DISABLE_SCHEMA_UPDATE: 'true', LITELLM_LOCAL_MODEL_COST_MAP: 'True' },
+      readyUrl: `${url}/health/liveliness`, timeoutMs: 120_000 });
   procs.push(p);
-  return { name: 'litellm', kind: 'litellm', url: p.match[1].replace(/\/$/, ''), pid: p.pid, auth: { authorization: 'Bearer sk-bench-master' }, streamModel: 'sim-chat-stream' };
+  return { name: 'litellm', kind: 'litellm', url, pid: p.pid, auth: { authorization: 'Bearer sk-bench-master' }, streamModel: 'sim-chat-stream' };
 }
 
 function direct(simUrl, streamSimUrl, pid, streamPid) {
@@ -91,16 +94,28 @@ async function balance(c) {
   return BigInt(Math.round((await json(`${c.url}/svc/v1/key`, { headers: c.auth })).balance * 1e9));
 }
 
+/**
+ * How much load to send: Tollgate and direct get a fixed number of requests, so none is cut off at the
+ * end and the ledger check stays exact; LiteLLM, far slower, gets the same time instead, so a run
+ * cannot take hours.
+ */
+const amount = (c, requests, secs) => (c.kind === 'litellm' ? ['-d', String(secs)] : ['-a', String(requests)]);
+
+const NO_LOAD = { '2xx': 0, non2xx: 0, errors: 0, timeouts: 0, requests: { total: 0, average: 0 }, latency: { p50: null, p90: null, p99: null, max: null } };
+
 const headers = (c) => ({ ...c.auth, 'content-type': 'application/json' });
 const acArgs = (c, body) => ['-m', 'POST', ...Object.entries(headers(c)).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-b', body];
 
 /** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
-async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid }) {
+async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid, probeOnlySecs = 0 }) {
   const before = usage(pid);
   const stopRss = rssSampler(pid);
   const bal0 = c.kind === 'tollgate' ? await balance(c) : 0n;
-  const stopProbe = probeBody ? probe(url, { headers: headers(c), body: probeBody }) : null;
-  const ac = await autocannon([...acArgs(c, body), ...extra, url]);
+  const stopProbe = probeBody ? probe(url, { headers: headers(c), body: probeBody, everyMs: probeOnlySecs ? 1 : 5 }) : null;
+  // With probeOnlySecs there is no load: the probe's sequential requests alone, the latency floor.
+  const ac = probeOnlySecs
+    ? await new Promise((r) => setTimeout(() => r(NO_LOAD), probeOnlySecs * 1000))
+    : await autocannon([...acArgs(c, body), ...extra, url]);
   const pr = stopProbe ? await stopProbe() : null;
   const peak = stopRss();
   const after = usage(pid);
@@ -149,21 +164,24 @@ async function main() {
   let flip = false;
   const each = async (fn) => { const order = flip ? [...active].reverse() : active; flip = !flip; for (const c of order) results.push(await fn(c)); };
   // warm-up so JIT and pools are in their steady state
-  await each((c) => measure(c, 'warmup', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, extra: ['-c', '50', '-a', '3000'] }));
+  await each((c) => measure(c, 'warmup', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, extra: ['-c', '50', ...amount(c, 3000, 5)] }));
+  // One request at a time, no other load: what the gateway adds when the machine is not busy.
+  await each((c) => measure(c, 'sequential, no load', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
+    probeBody: CHAT, probeOnlySecs: PLAN.seqSecs }));
   for (const rate of PLAN.rates) {
     await each((c) => measure(c, `chat @${rate} qps`, { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
-      extra: ['-c', '100', '-R', String(rate), '-a', String(rate * PLAN.rateSecs)] }));
+      extra: ['-c', '100', '-R', String(rate), ...amount(c, rate * PLAN.rateSecs, PLAN.rateSecs)] }));
   }
   // A fixed amount (sized from the warm-up rate) rather than a duration, so no request is cut off at the end
   // and every one billed is counted: the ledger check stays exact.
   const warm = new Map(results.filter((r) => r.scenario === 'warmup').map((r) => [r.contender, r.qps]));
   await each((c) => measure(c, 'chat max qps', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
-    extra: ['-c', '128', '-a', String(Math.max(2000, Math.round((warm.get(c.name) ?? 1000) * 1.5 * PLAN.maxSecs)))] }));
+    extra: ['-c', '128', ...amount(c, Math.max(2000, Math.round((warm.get(c.name) ?? 1000) * 1.5 * PLAN.maxSecs)), PLAN.maxSecs)] }));
   for (let round = 0; round < PLAN.streamRounds; round++) {
     await each((c) => {
       const body = JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel });
       return measure(c, `${PLAN.streams} streams`, { url: `${c.kind === 'direct' ? c.streamUrl : c.url}/v1/chat/completions`, body, unitCost: costs.get(c.name).stream,
-        pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), '-a', String(PLAN.streams * 2), '-t', '60'] });
+        pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), ...amount(c, PLAN.streams * 2, 30), '-t', '60'] });
     });
   }
   const keyContenders = active.filter((c) => c.kind === 'tollgate');
