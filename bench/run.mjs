@@ -125,7 +125,9 @@ async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = 
     qps: Math.round(ac.requests.average), latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
     probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
   };
-  out.error_rate = out.requests ? (out.non2xx + out.errors + out.timeouts) / (out.requests + out.errors) : 1;
+  out.error_rate = probeOnlySecs
+    ? (pr.failed / Math.max(1, pr.ok + pr.failed))
+    : out.requests ? (out.non2xx + out.errors + out.timeouts) / (out.requests + out.errors) : 1;
   if (c.kind === 'tollgate' && unitCost !== undefined) {
     await new Promise((r) => setTimeout(r, 300));
     const delta = bal0 - (await balance(c));

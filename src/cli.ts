@@ -73,7 +73,6 @@ async function serve(flags: OpArgs): Promise<void> {
   const lines = [
     `Tollgate is running${config.embedded ? ` on its embedded default (PGlite in ${dir}, in-process limits, simulated upstream "sim", payment sandbox)` : ''}.`,
     `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`,
-    `  ElevenLabs-shaped API: ${base}/beta/v1`,
     `  Console:               ${base}/console`,
     firstKey
       ? `  API key (shown once):  ${firstKey}\n                         for ${config.demo.email}, with $${nanoToDecimal(config.demo.credit)} of sandbox credit`
