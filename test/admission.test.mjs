@@ -84,6 +84,11 @@ for (const redis of [false, true]) {
     } while (Date.now() < deadline);
     assert.equal(res.status, 429);
     assert.equal(res.headers.get('retry-after'), '1');
+    // The request budget as the OpenAI clients read it: the hanging request took one of 600 tokens.
+    assert.equal(res.headers.get('x-ratelimit-limit-requests'), '600');
+    const remaining = Number(res.headers.get('x-ratelimit-remaining-requests'));
+    assert.ok(Number.isInteger(remaining) && remaining >= 0 && remaining < 600, `remaining ${remaining}`);
+    assert.match(res.headers.get('x-ratelimit-reset-requests'), /^\d+(ms|s|m\d+s)$/);
     assert.equal((await res.json()).error.code, 'concurrency_limit_exceeded');
     ctl.abort();
     assert.equal((await hanging).name, 'AbortError');

@@ -66,7 +66,11 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, requestId: string,
       case 'concurrency_limit_exceeded':
         throw new GatewayError({ status: 429, code: 'concurrency_limit_exceeded', type: 'requests', retryable: true,
           message: `Key ${key.prefix}... already has ${out.inFlight} requests in flight, its limit is ${concurrency}. Retry when one finishes.`,
-          headers: { 'retry-after': '1', 'x-ratelimit-limit-requests': String(rpm) } });
+          // The refused request took no token: the request budget is reported as it stands.
+          headers: {
+            'retry-after': '1', 'x-ratelimit-limit-requests': String(rpm),
+            'x-ratelimit-remaining-requests': String(out.remaining), 'x-ratelimit-reset-requests': goDuration(out.resetMs),
+          } });
     }
   }
   let released = false;

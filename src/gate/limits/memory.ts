@@ -30,7 +30,7 @@ export class MemoryLimiter implements Limiter {
     }
     if (mine.n >= i.concurrency) {
       b.tokens = tokens; b.ts = now; this.buckets.set(i.keyId, b);
-      return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: mine.n };
+      return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: mine.n, remaining: Math.floor(tokens), resetMs: Math.ceil((i.rpm - tokens) / rate) };
     }
     b.tokens = tokens - 1; b.ts = now; this.buckets.set(i.keyId, b);
     mine.amount += i.hold; mine.n += 1;

@@ -44,7 +44,7 @@ end
 if mineN >= conc then
   redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
   redis.call('PEXPIRE', rb, 120000)
-  return {4, mineN}
+  return {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
 end
 tokens = tokens - 1
 redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
@@ -100,7 +100,7 @@ export class RedisLimiter implements Limiter {
       case 1: return { ok: false, reason: 'insufficient_balance' };
       case 2: return { ok: false, reason: 'key_spend_limit_reached' };
       case 3: return { ok: false, reason: 'rate_limit_exceeded', remaining: 0, resetMs: r[2]!, retryMs: r[3]! };
-      default: return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: r[1]! };
+      default: return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: r[1]!, remaining: r[2]!, resetMs: r[3]! };
     }
   }
 

@@ -17,7 +17,7 @@ export type AdmitOutcome =
   | { ok: true; remaining: number; resetMs: number }
   | { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached' }
   | { ok: false; reason: 'rate_limit_exceeded'; remaining: number; resetMs: number; retryMs: number }
-  | { ok: false; reason: 'concurrency_limit_exceeded'; inFlight: number };
+  | { ok: false; reason: 'concurrency_limit_exceeded'; inFlight: number; remaining: number; resetMs: number };
 
 export interface Limiter {
   readonly kind: 'memory' | 'redis';
