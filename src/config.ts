@@ -13,7 +13,6 @@ const Upstream = Type.Object({
   sim: Type.Optional(Type.Object({ token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
   api_key_env: Type.Optional(EnvName),
   timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
-  responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
 }, { additionalProperties: false });
 
@@ -79,7 +78,6 @@ export interface UpstreamConfig {
   sim: { tokenDelayMs: number } | undefined;
   apiKeyEnv: string | undefined;
   timeoutMs: number;
-  responsesApi: boolean;
   continuousUsage: boolean;
 }
 
@@ -151,7 +149,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     if (u.api_key_env && env[u.api_key_env] === undefined) fail(`/upstreams/${name}/api_key_env`, `environment variable ${u.api_key_env} is not set`);
     upstreams.set(name, {
       name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0 } : undefined,
-      apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms, responsesApi: u.responses_api,
+      apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
       continuousUsage: u.continuous_usage_stats || Boolean(u.sim),
     });
   }

@@ -1,4 +1,4 @@
-// POST /alpha/v1/responses: passed through to upstreams that serve it, translated to chat for the rest.
+// POST /alpha/v1/responses: translated to chat completions for the upstream and back to the Responses shape.
 import type { Services } from '../../server/app.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
@@ -7,7 +7,6 @@ import { metered } from './metered.js';
 import { chatPromptTokens, choicesText } from './chat.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
 import { ResponsesStream } from './responses-stream.js';
-import { countTokens } from '../../sim/index.js';
 
 const ResponsesRequest = Type.Object({
   model: Type.String({ minLength: 1 }),
@@ -27,13 +26,8 @@ export function responsesRoutes(s: Services): Route[] {
       rejectAsked(req, RESPONSES_REJECTED);
       const model = s.models.resolve(req.model, 'chat');
       const maxOut = Math.min(req.max_output_tokens ?? model.maxOutputTokens, model.maxOutputTokens);
-      if (s.upstreams.config(model.upstream).responsesApi) {
-        await metered(s, ctx, {
-          model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut,
-          promptEstimate: () => countTokens(JSON.stringify(req.input)), outputEstimate: () => 0,
-        });
-        return;
-      }
+      // Every upstream is served through chat completions: the Responses stream's events are built
+      // here, so metering reads one stream format whatever the host serves.
       const chat = toChat(req, model.upstreamModel);
       const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
       await metered(s, ctx, {
