@@ -51,3 +51,31 @@ test('concurrency held on one instance counts on the other', async (t) => {
   ctl.abort();
   await Promise.all([h1, h2]);
 });
+
+test('a key revoked through the CLI is refused by both instances within a second', async (t) => {
+  const db = await freshDatabase();
+  const redisPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  t.after(async () => { await db.drop(); await clearRedisPrefix(redisPrefix); });
+  const a = await startGateway(t, { database: db, redis: true, redisPrefix });
+  const b = await startGateway(t, { database: db, redis: true, redisPrefix });
+  const { key, prefix } = await a.account('10');
+  for (const gw of [a, b]) {
+    const r = await gw.fetch('/svc/v1/key', { headers: bearer(key) });
+    assert.equal(r.status, 200, 'both instances know the key (and have cached it)');
+    await r.text();
+  }
+  await a.cli('key', 'revoke', prefix);
+  const revokedAt = Date.now();
+  const refusedAfter = async (gw) => {
+    for (;;) {
+      const r = await gw.fetch('/svc/v1/key', { headers: bearer(key) });
+      await r.text();
+      if (r.status === 401) return Date.now() - revokedAt;
+      assert.equal(r.status, 200);
+      if (Date.now() - revokedAt > 5000) return Infinity;
+      await new Promise((res) => setTimeout(res, 20));
+    }
+  };
+  const [ma, mb] = await Promise.all([refusedAfter(a), refusedAfter(b)]);
+  assert.ok(ma <= 1000 && mb <= 1000, `refused after ${ma} ms and ${mb} ms`);
+});

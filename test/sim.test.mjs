@@ -577,3 +577,27 @@ test('connections are kept alive between requests', async (t) => {
   }
   assert.equal(new Set(ports).size, 1, 'one socket served all three');
 });
+
+test('`cli.js sim --listen` serves the simulated models over HTTP until SIGTERM', async () => {
+  const { spawn } = await import('node:child_process');
+  const { join } = await import('node:path');
+  const { ROOT } = await import('./helpers/gateway.mjs');
+  const proc = spawn(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'sim', '--listen', '127.0.0.1:0', '--token-delay-ms', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exited = new Promise((r) => proc.once('exit', (code) => r(code)));
+  try {
+    const url = await new Promise((resolve, reject) => {
+      let out = '';
+      proc.stdout.on('data', (d) => { out += d; const m = /"url":"(http:[^"]+)"/.exec(out); if (m) resolve(m[1]); });
+      proc.once('exit', (code) => reject(new Error(`sim exited with ${code}: ${out}`)));
+    });
+    const models = await (await fetch(`${url}/v1/models`)).json();
+    assert.ok(models.data.length > 0 && models.data.every((m) => m.simulated === true && m.owned_by === 'tollgate-sim'));
+    const chat = await (await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }) })).json();
+    assert.equal(chat.object, 'chat.completion');
+    assert.equal(chat.usage.completion_tokens, 4);
+  } finally {
+    proc.kill('SIGTERM');
+  }
+  assert.equal(await exited, 0);
+});
