@@ -85,7 +85,7 @@ export function responseObject(sh: ResponseShell, status: string, output: Obj[],
     parallel_tool_calls: r.parallel_tool_calls ?? true, previous_response_id: null,
     reasoning: { effort: (r.reasoning as Obj | undefined)?.effort ?? null, summary: null },
     store: false, temperature: r.temperature ?? 1, text: r.text ?? { format: { type: 'text' } },
-    tool_choice: r.tool_choice ?? 'auto', tools: r.tools ?? [], top_p: r.top_p ?? 1, truncation: 'disabled',
+    tool_choice: r.tool_choice ?? 'auto', tools: ((r.tools as Obj[] | undefined) ?? []).map(echoTool), top_p: r.top_p ?? 1, truncation: 'disabled',
     usage, user: r.user ?? null, metadata: r.metadata ?? {},
   };
 }
@@ -118,3 +118,8 @@ export function fromChat(sh: ShellLike, chat: Obj): Obj {
 }
 
 type ShellLike = ResponseShell;
+
+/** A function tool as a Response echoes it: `strict` and `parameters` always present (null when not set). */
+function echoTool(t: Obj): Obj {
+  return t.type === 'function' ? { ...t, strict: t.strict ?? null, parameters: t.parameters ?? null } : t;
+}

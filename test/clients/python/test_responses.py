@@ -2,6 +2,8 @@
 streamed, with exact billing on input_tokens/output_tokens and the bodies checked against the spec."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gateway import cost_nano, sse_data
@@ -108,3 +110,32 @@ def test_a_streamed_response_cut_by_max_output_tokens_ends_with_response_incompl
     assert final.incomplete_details.reason == "max_output_tokens"
     assert final.usage.output_tokens == 4
     gateway.assert_debited(account.key, before, cost_nano("sim-chat", final.usage.input_tokens, 4))
+
+
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def test_a_streamed_response_with_a_function_tool_streams_the_call_and_bills_the_completed_usage(gateway, account, client, spec):
+    before = gateway.balance(account.key)
+    with client.responses.with_streaming_response.create(
+            model="sim-chat", input="What is the weather in Paris?", tools=[WEATHER_TOOL], stream=True) as raw:
+        raw_events = list(sse_data(raw.iter_lines()))
+    for event in raw_events:
+        spec.assert_valid_response_event(event)
+    events = list(client.responses.create(model="sim-chat", input="What is the weather in Paris?", tools=[WEATHER_TOOL], stream=True))
+
+    for evs in (raw_events, [e.model_dump() for e in events]):
+        types = [e["type"] for e in evs]
+        assert types[-1] == "response.completed"
+        assert "response.function_call_arguments.delta" in types
+        args = "".join(e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta")
+        done = [e for e in evs if e["type"] == "response.function_call_arguments.done"]
+        assert len(done) == 1 and done[0]["arguments"] == args
+        assert isinstance(json.loads(args)["city"], str)
+        call = [o for o in evs[-1]["response"]["output"] if o["type"] == "function_call"]
+        assert len(call) == 1 and call[0]["name"] == "get_weather" and call[0]["arguments"] == args
+        assert call[0]["call_id"].startswith("call")
+
+    usages = [evs[-1]["response"]["usage"] for evs in (raw_events, [e.model_dump() for e in events])]
+    gateway.assert_debited(account.key, before, sum(cost_nano("sim-chat", u["input_tokens"], u["output_tokens"]) for u in usages))
