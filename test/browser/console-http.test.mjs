@@ -1,7 +1,8 @@
 // The console over plain HTTP: CSRF, log-in throttling, escaping, cookies, ownership and the ledger CSV export.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, createHash } from 'node:crypto';
+import pg from 'pg';
 import { join } from 'node:path';
 import { startGateway, bearer, chatBody, assertInvariants, ROOT } from '../helpers/gateway.mjs';
 import { ConsoleClient, parseCsv } from './client.mjs';
@@ -137,6 +138,28 @@ test('the session cookie is HttpOnly and SameSite=Lax, stores only a hash, and l
   assert.equal(after.status, 303, 'the old token no longer works anywhere');
   assert.equal(after.headers.location, `/console/login?next=${encodeURIComponent('/console/keys')}`);
   assert.equal((await stolen.request('/console')).headers.location, '/console/login');
+});
+
+test('the console stores an argon2id hash of the password and a SHA-256 of the session token, never either secret', async (t) => {
+  const gw = await startGateway(t, { store: 'postgres' });
+  const c = new ConsoleClient(gw.url);
+  const who = email();
+  const password = 'a long enough passphrase';
+  await c.signup(who, password);
+  const token = c.jar.get('tg_session');
+  const db = new pg.Client({ connectionString: gw.db.url });
+  await db.connect();
+  const { rows: [user] } = await db.query('SELECT password_hash FROM console_users WHERE email = $1', [who]);
+  assert.match(user.password_hash, /^\$argon2id\$v=19\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+$/);
+  assert.ok(!user.password_hash.includes(password));
+  const { rows: sessions } = await db.query('SELECT token_hash FROM console_sessions');
+  await db.end();
+  assert.equal(sessions.length, 1);
+  assert.notEqual(sessions[0].token_hash, token);
+  assert.equal(sessions[0].token_hash, createHash('sha256').update(token).digest('hex'));
+  // The stored hash verifies: the same password logs in, another does not.
+  assert.equal((await new ConsoleClient(gw.url).login(who, password)).status, 303);
+  assert.equal((await new ConsoleClient(gw.url).login(who, 'not the passphrase')).status, 401);
 });
 
 test('one account cannot see, edit or revoke another account’s keys', async (t) => {
