@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 import { startGateway, freshDatabase, bearer, chatBody, CLI, TEST_MODELS, assertInvariants, priceNano, dollarsToNano } from './helpers/gateway.mjs';
 
 const run = promisify(execFile);
@@ -96,4 +97,18 @@ test('the example config in config/ is valid', async () => {
   const { loadConfigFile } = await import('../dist/config.js');
   const c = loadConfigFile(new URL('../config/example.json', import.meta.url).pathname, { TOLLGATE_DATABASE_URL: 'postgres://x', TOLLGATE_REDIS_URL: 'redis://x', VLLM_API_KEY: 'k' });
   assert.ok(c.models.length > 0);
+});
+
+test('an operator credit moves the balance and records its reason in the ledger', async (t) => {
+  const gw = await startGateway(t, { store: 'postgres' });
+  const acct = await gw.cli('account', 'create', '--email', 'credited@example.com');
+  const out = await gw.cli('account', 'credit', acct.account_id, '--amount', '12.345', '--reason', 'goodwill for incident #42');
+  assert.equal(out.credited, 12.345);
+  assert.equal(out.balance, 12.345);
+  const db = new pg.Client({ connectionString: gw.db.url });
+  await db.connect();
+  const { rows } = await db.query("SELECT kind, amount_nd, reason FROM ledger WHERE account_id = $1", [acct.account_id]);
+  await db.end();
+  assert.deepEqual(rows, [{ kind: 'credit', amount_nd: '12345000000', reason: 'goodwill for incident #42' }]);
+  await assertInvariants(assert, gw, acct.account_id);
 });
