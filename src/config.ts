@@ -13,6 +13,7 @@ const Upstream = Type.Object({
   sim: Type.Optional(Type.Object({ token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
   api_key_env: Type.Optional(EnvName),
   timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
+  responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
 }, { additionalProperties: false });
 
@@ -79,6 +80,7 @@ export interface UpstreamConfig {
   apiKeyEnv: string | undefined;
   timeoutMs: number;
   continuousUsage: boolean;
+  responsesApi: boolean;
 }
 
 export interface Config {
@@ -150,7 +152,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     upstreams.set(name, {
       name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0 } : undefined,
       apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
-      continuousUsage: u.continuous_usage_stats || Boolean(u.sim),
+      continuousUsage: u.continuous_usage_stats || Boolean(u.sim), responsesApi: u.responses_api,
     });
   }
   const seen = new Set<string>();

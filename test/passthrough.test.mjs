@@ -149,3 +149,103 @@ test('an unknown model close to an alias suggests the alias', async (t) => {
   assert.equal(error.message, 'The model `host-chat-lates` does not exist. Did you mean `host-chat-latest`?');
   assert.equal(up.seen.length, 0, 'nothing reached the host');
 });
+
+/** A host that serves the Responses API itself (like vLLM's /v1/responses): a Response, or its event stream. */
+async function responsesUpstream(t, { cutAfter = Infinity } = {}) {
+  const seen = [];
+  const server = http.createServer((req, res) => {
+    const parts = [];
+    req.on('data', (d) => parts.push(d));
+    req.on('end', async () => {
+      const raw = Buffer.concat(parts);
+      seen.push({ path: req.url, headers: req.headers, raw });
+      const body = JSON.parse(raw.toString('utf8'));
+      const usage = { input_tokens: 9, input_tokens_details: { cached_tokens: 0 }, output_tokens: 5,
+        output_tokens_details: { reasoning_tokens: 2 }, total_tokens: 14 };
+      const response = (status, output, u) => ({ id: 'resp_up', object: 'response', created_at: 1, status, model: body.model, output, usage: u });
+      const message = { type: 'message', id: 'msg_1', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: 'Hi there!', annotations: [] }] };
+      if (!body.stream) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify(response('completed', [message], usage)));
+        return;
+      }
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      let seq = 0;
+      const ev = (type, o) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...o })}\n\n`);
+      ev('response.created', { response: response('in_progress', [], null) });
+      const deltas = ['Hi', ' there', '!'];
+      for (let i = 0; i < deltas.length; i++) {
+        if (i >= cutAfter) { res.destroy(); return; }
+        ev('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: deltas[i] });
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      ev('response.completed', { response: response('completed', [message], usage) });
+      res.end();
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => server.close(r)));
+  return { url: `http://127.0.0.1:${server.address().port}`, seen };
+}
+
+async function responsesGateway(t, up) {
+  return startGateway(t, {
+    store: 'pglite', upstreams: { host: { base_url: up.url, responses_api: true } },
+    models: [{ id: 'host-chat', upstream: 'host', upstream_model: 'org/host-chat-7b', kind: 'chat',
+      input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 }],
+  });
+}
+
+test('a host that serves /v1/responses gets the request passed through and its Response is billed from its usage', async (t) => {
+  const up = await responsesUpstream(t);
+  const gw = await responsesGateway(t, up);
+  const { key, account } = await gw.account('5');
+  const req = { model: 'host-chat', input: 'Hello', instructions: 'Be brief.', store: false, x_vendor_hint: { a: 1 } };
+  const r = await gw.fetch('/v1/responses', { method: 'POST', headers: bearer(key), body: JSON.stringify(req) });
+  assert.equal(r.status, 200);
+  const body = await r.json();
+  assert.equal(body.output[0].content[0].text, 'Hi there!');
+  assert.equal(up.seen.at(-1).path, '/v1/responses');
+  assert.deepEqual(JSON.parse(up.seen.at(-1).raw), { ...req, model: 'org/host-chat-7b' });
+  const show = await gw.cli('account', 'show', account);
+  assert.equal(dollarsToNano(show.balance), dollarsToNano('5') - priceNano(9, 5));
+  await assertInvariants(assert, gw, account);
+});
+
+test('a streamed Response from such a host reaches the client event for event and is billed from response.completed', async (t) => {
+  const up = await responsesUpstream(t);
+  const gw = await responsesGateway(t, up);
+  const { key, account } = await gw.account('5');
+  const req = { model: 'host-chat', input: 'Hello', stream: true };
+  const r = await gw.fetch('/v1/responses', { method: 'POST', headers: bearer(key), body: JSON.stringify(req) });
+  assert.equal(r.status, 200);
+  const text = await r.text();
+  const events = text.split('\n\n').filter(Boolean);
+  assert.deepEqual(events.map((e) => e.split('\n')[0]), ['event: response.created', 'event: response.output_text.delta',
+    'event: response.output_text.delta', 'event: response.output_text.delta', 'event: response.completed']);
+  assert.deepEqual(JSON.parse(up.seen.at(-1).raw), { ...req, model: 'org/host-chat-7b' }, 'no stream_options added');
+  const show = await gw.cli('account', 'show', account);
+  assert.equal(dollarsToNano(show.balance), dollarsToNano('5') - priceNano(9, 5));
+  await assertInvariants(assert, gw, account);
+});
+
+test('a Responses stream the host cuts short is billed for the prompt and the deltas produced, and the client is cut too', async (t) => {
+  const up = await responsesUpstream(t, { cutAfter: 2 });
+  const gw = await responsesGateway(t, up);
+  const { key, account } = await gw.account('5');
+  const input = 'Hello';
+  const r = await gw.fetch('/v1/responses', { method: 'POST', headers: bearer(key), body: JSON.stringify({ model: 'host-chat', input, stream: true }) });
+  assert.equal(r.status, 200);
+  await assert.rejects(r.text(), 'the client sees the stream end abruptly, not a clean finish');
+  // No usage arrived: the prompt is counted (the input, JSON-encoded) and two output deltas were produced.
+  const { countTokens } = await import('../dist/sim/index.js');
+  const deadline = Date.now() + 2000;
+  let show;
+  do {
+    show = await gw.cli('account', 'show', account);
+    if (show.balance !== 5) break;
+    await new Promise((res) => setTimeout(res, 50));
+  } while (Date.now() < deadline);
+  assert.equal(dollarsToNano(show.balance), dollarsToNano('5') - priceNano(countTokens(JSON.stringify(input)), 2));
+  await assertInvariants(assert, gw, account);
+});

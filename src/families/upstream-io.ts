@@ -50,7 +50,7 @@ export interface JsonUsage { input: number; output: number; reasoning: number; r
 export function usageOf(body: Record<string, unknown>): JsonUsage {
   const u = body.usage as Record<string, unknown> | undefined;
   if (!u || typeof u !== 'object') return { input: 0, output: 0, reasoning: 0, reported: false };
-  const d = u.completion_tokens_details as Record<string, unknown> | undefined;
+  const d = (u.completion_tokens_details ?? u.output_tokens_details) as Record<string, unknown> | undefined;
   return {
     input: n(u.prompt_tokens ?? u.input_tokens), output: n(u.completion_tokens ?? u.output_tokens),
     reasoning: n(d?.reasoning_tokens), reported: true,

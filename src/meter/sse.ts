@@ -2,6 +2,17 @@
 
 export interface StreamUsage { input: number; output: number; reasoning: number }
 
+/** What the relay reads from a stream meter, whatever the stream's format. */
+export interface StreamMeter {
+  usage: StreamUsage | null;
+  /** The upstream's final usage arrived. */
+  final: boolean;
+  /** The stream reached its end marker. */
+  done: boolean;
+  push(chunk: Buffer | string): string;
+  producedTokens(): number;
+}
+
 export interface SseMeterOptions {
   /** Drop the trailing `choices: []` usage chunk (the gateway asked for it, the client did not). */
   stripUsageChunk: boolean;
@@ -13,7 +24,7 @@ export interface SseMeterOptions {
 
 const DATA = 'data:';
 
-export class SseMeter {
+export class SseMeter implements StreamMeter {
   /** The last usage the upstream reported (final chunk, or running continuous stats). */
   usage: StreamUsage | null = null;
   final = false;

@@ -6,7 +6,8 @@ import { admit, type Hold } from '../../gate/admission.js';
 import { base62 } from '../../store/ids.js';
 import { worstCase, type TokenUsage } from '../../ledger/pricing.js';
 import type { ModelConfig } from '../../config.js';
-import { SseMeter } from '../../meter/sse.js';
+import { SseMeter, type StreamMeter } from '../../meter/sse.js';
+import { ResponsesSseMeter } from '../../meter/responses-sse.js';
 import { collect, parseUpstreamJson, upstreamError, usageOf } from '../upstream-io.js';
 import { settleUsage } from '../billing.js';
 import { log } from '../../server/log.js';
@@ -21,6 +22,8 @@ export interface MeteredRequest {
   promptEstimate(): number;
   /** Output tokens counted from a buffered reply that carried no usage. */
   outputEstimate(json: Record<string, unknown>): number;
+  /** The upstream speaks the Responses API (its stream is Responses events; no stream_options to add). */
+  responsesUpstream?: boolean;
   /** A body already mapped for the upstream (Responses → chat); sent as is. */
   upstreamBody?: Buffer;
   /** Reshapes the reply: a buffered JSON body, or a stream of events (Responses translation). */
@@ -64,7 +67,7 @@ export async function metered(s: Services, ctx: Ctx, r: MeteredRequest): Promise
 /** Rewrites only when something must change: the upstream's model name, or the usage we must ask for. */
 function rewrite(r: MeteredRequest, stream: boolean, clientWantsUsage: boolean, continuous: boolean): Buffer {
   const renameModel = r.parsed.model !== r.model.upstreamModel;
-  const addUsage = stream && (!clientWantsUsage || continuous);
+  const addUsage = stream && !r.responsesUpstream && (!clientWantsUsage || continuous);
   if (!renameModel && !addUsage) return r.body;
   const out = { ...r.parsed };
   if (renameModel) out.model = r.model.upstreamModel;
@@ -77,7 +80,9 @@ function rewrite(r: MeteredRequest, stream: boolean, clientWantsUsage: boolean, 
 async function relay(s: Services, ctx: Ctx, res: http.IncomingMessage, hold: Hold, nonce: string, r: MeteredRequest,
   clientWantsUsage: boolean, continuous: boolean, started: bigint): Promise<void> {
   const translate = r.reshape?.stream();
-  const meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: continuous && !r.upstreamBody, translate });
+  const meter: StreamMeter = r.responsesUpstream
+    ? new ResponsesSseMeter()
+    : new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: continuous && !r.upstreamBody, translate });
   ctx.begin(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...hold.rateHeaders });
   if (translate) ctx.write(translate.start());
   let broken = false;

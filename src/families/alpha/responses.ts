@@ -1,10 +1,11 @@
-// POST /alpha/v1/responses: translated to chat completions for the upstream and back to the Responses shape.
+// POST /alpha/v1/responses: passed through to hosts that serve it, translated to chat completions (and back) for the rest.
 import type { Services } from '../../server/app.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
 import { compile, parseJson, rejectAsked } from '../validate.js';
 import { metered } from './metered.js';
 import { chatPromptTokens, choicesText } from './chat.js';
+import { countTokens } from '../../sim/index.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
 import { ResponsesStream } from './responses-stream.js';
 
@@ -26,8 +27,16 @@ export function responsesRoutes(s: Services): Route[] {
       rejectAsked(req, RESPONSES_REJECTED);
       const model = s.models.resolve(req.model, 'chat');
       const maxOut = Math.min(req.max_output_tokens ?? model.maxOutputTokens, model.maxOutputTokens);
-      // Every upstream is served through chat completions: the Responses stream's events are built
-      // here, so metering reads one stream format whatever the host serves.
+      if (s.upstreams.config(model.upstream).responsesApi) {
+        // The host serves the Responses API itself: pass through (renaming the model only), metered
+        // from its own Responses events and usage.
+        await metered(s, ctx, {
+          model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
+          promptEstimate: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
+          outputEstimate: (json) => countTokens(responsesText(json)),
+        });
+        return;
+      }
       const chat = toChat(req, model.upstreamModel);
       const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
       await metered(s, ctx, {
@@ -39,4 +48,14 @@ export function responsesRoutes(s: Services): Route[] {
       });
     },
   }];
+}
+
+/** The text a buffered Response produced (messages and function-call arguments): counted when it reports no usage. */
+function responsesText(json: Record<string, unknown>): string {
+  let out = '';
+  for (const item of (json.output as Record<string, unknown>[] | undefined) ?? []) {
+    if (typeof item.arguments === 'string') out += `${item.arguments} `;
+    for (const part of (item.content as Record<string, unknown>[] | undefined) ?? []) if (typeof part.text === 'string') out += `${part.text} `;
+  }
+  return out;
 }

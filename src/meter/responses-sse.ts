@@ -1,0 +1,52 @@
+// Meters an OpenAI Responses event stream passed through from an upstream that serves /v1/responses.
+import type { StreamMeter, StreamUsage } from './sse.js';
+
+// Events that carry produced output: the fallback count of output tokens when the stream is cut.
+const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta',
+  'response.reasoning_text.delta', 'response.reasoning_summary_text.delta', 'response.refusal.delta']);
+// Events that end a response; completed and incomplete carry the final usage.
+const TERMINAL = new Set(['response.completed', 'response.incomplete', 'response.failed', 'error']);
+
+export class ResponsesSseMeter implements StreamMeter {
+  usage: StreamUsage | null = null;
+  final = false;
+  done = false;
+  private produced = 0;
+  private pending = '';
+
+  /** Feeds upstream bytes; returns them unchanged, whole events at a time. */
+  push(chunk: Buffer | string): string {
+    this.pending += typeof chunk === 'string' ? chunk : chunk.toString('utf8');
+    const end = this.pending.lastIndexOf('\n\n');
+    if (end < 0) return '';
+    const whole = this.pending.slice(0, end + 2);
+    this.pending = this.pending.slice(end + 2);
+    for (const ev of whole.split('\n\n')) if (ev) this.event(ev);
+    return whole;
+  }
+
+  producedTokens(): number {
+    return Math.max(this.produced, this.usage?.output ?? 0);
+  }
+
+  private event(raw: string): void {
+    const data = raw.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
+    if (!data) return;
+    let obj: { type?: unknown; response?: { usage?: Record<string, unknown> | null } };
+    try { obj = JSON.parse(data) as typeof obj; } catch { return; }
+    const type = typeof obj.type === 'string' ? obj.type : '';
+    if (OUTPUT_DELTAS.has(type)) this.produced++;
+    if (!TERMINAL.has(type)) return;
+    this.done = true;
+    const u = obj.response?.usage;
+    if ((type === 'response.completed' || type === 'response.incomplete') && u && typeof u === 'object') {
+      const details = u.output_tokens_details as Record<string, unknown> | undefined;
+      this.usage = { input: num(u.input_tokens), output: num(u.output_tokens), reasoning: num(details?.reasoning_tokens) };
+      this.final = true;
+    }
+  }
+}
+
+function num(v: unknown): number {
+  return typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
+}
