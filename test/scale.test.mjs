@@ -4,12 +4,16 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { startGateway, freshDatabase, clearRedisPrefix, bearer, chatBody, assertInvariants } from './helpers/gateway.mjs';
 
-test('two instances share a key rpm budget and concurrency limit through Redis', async (t) => {
+/** Two `serve` processes on one fresh PostgreSQL database and one Redis key prefix. */
+async function twoInstances(t) {
   const db = await freshDatabase();
   const redisPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
   t.after(async () => { await db.drop(); await clearRedisPrefix(redisPrefix); });
-  const a = await startGateway(t, { database: db, redis: true, redisPrefix });
-  const b = await startGateway(t, { database: db, redis: true, redisPrefix });
+  return [await startGateway(t, { database: db, redis: true, redisPrefix }), await startGateway(t, { database: db, redis: true, redisPrefix })];
+}
+
+test('two instances share a key rpm budget and concurrency limit through Redis', async (t) => {
+  const [a, b] = await twoInstances(t);
   const { key, account } = await a.account('10', { rpm: 10, concurrency: 2 });
   const started = Date.now();
   const statuses = [];
@@ -29,11 +33,7 @@ test('two instances share a key rpm budget and concurrency limit through Redis',
 });
 
 test('concurrency held on one instance counts on the other', async (t) => {
-  const db = await freshDatabase();
-  const redisPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
-  t.after(async () => { await db.drop(); await clearRedisPrefix(redisPrefix); });
-  const a = await startGateway(t, { database: db, redis: true, redisPrefix });
-  const b = await startGateway(t, { database: db, redis: true, redisPrefix });
+  const [a, b] = await twoInstances(t);
   const { key } = await a.account('10', { concurrency: 2 });
   const ctl = new AbortController();
   const hang = (gw) => gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), 'x-sim-hang': '1' }, body: chatBody(), signal: ctl.signal }).catch(() => undefined);
@@ -53,11 +53,7 @@ test('concurrency held on one instance counts on the other', async (t) => {
 });
 
 test('a key revoked through the CLI is refused by both instances within a second', async (t) => {
-  const db = await freshDatabase();
-  const redisPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
-  t.after(async () => { await db.drop(); await clearRedisPrefix(redisPrefix); });
-  const a = await startGateway(t, { database: db, redis: true, redisPrefix });
-  const b = await startGateway(t, { database: db, redis: true, redisPrefix });
+  const [a, b] = await twoInstances(t);
   const { key, prefix } = await a.account('10');
   for (const gw of [a, b]) {
     const r = await gw.fetch('/svc/v1/key', { headers: bearer(key) });
