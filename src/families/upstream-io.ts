@@ -3,6 +3,7 @@ import type http from 'node:http';
 import { GatewayError } from '../errors.js';
 import { upstreamFailed, upstreamMalformed } from '../proxy/upstream.js';
 import { log } from '../server/log.js';
+import { num } from '../meter/sse.js';
 
 const MAX_UPSTREAM_BODY = 64 * 1024 * 1024;
 
@@ -52,13 +53,9 @@ export function usageOf(body: Record<string, unknown>): JsonUsage {
   if (!u || typeof u !== 'object') return { input: 0, output: 0, reasoning: 0, reported: false };
   const d = (u.completion_tokens_details ?? u.output_tokens_details) as Record<string, unknown> | undefined;
   return {
-    input: n(u.prompt_tokens ?? u.input_tokens), output: n(u.completion_tokens ?? u.output_tokens),
-    reasoning: n(d?.reasoning_tokens), reported: true,
+    input: num(u.prompt_tokens ?? u.input_tokens), output: num(u.completion_tokens ?? u.output_tokens),
+    reasoning: num(d?.reasoning_tokens), reported: true,
   };
-}
-
-function n(v: unknown): number {
-  return typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
 }
 
 export function parseUpstreamJson(buf: Buffer): Record<string, unknown> {

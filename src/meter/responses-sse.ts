@@ -1,5 +1,5 @@
 // Meters an OpenAI Responses event stream passed through from an upstream that serves /v1/responses.
-import type { StreamMeter, StreamUsage } from './sse.js';
+import { num, type StreamMeter, type StreamUsage } from './sse.js';
 
 // Events that carry produced output: the fallback count of output tokens when the stream is cut.
 const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta',
@@ -45,8 +45,4 @@ export class ResponsesSseMeter implements StreamMeter {
       this.final = true;
     }
   }
-}
-
-function num(v: unknown): number {
-  return typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
 }

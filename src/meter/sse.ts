@@ -97,6 +97,7 @@ export class SseMeter implements StreamMeter {
   }
 }
 
-function num(v: unknown): number {
+/** A reported token count: a finite positive number, floored; anything else counts as 0. */
+export function num(v: unknown): number {
   return typeof v === 'number' && Number.isFinite(v) && v > 0 ? Math.floor(v) : 0;
 }
