@@ -9,7 +9,26 @@ import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToN
  * A model host that records each request's path, headers and raw body and answers like vLLM:
  * a chat completion with usage, or an SSE stream ending in a usage chunk when asked for one.
  */
-async function recordingUpstream(t) {
+function recordingUpstream(t) {
+  return recordingHost(t, (body, res) => {
+    const usage = { prompt_tokens: 11, completion_tokens: 2, total_tokens: 13 };
+    if (body.stream) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const chunk = (o) => res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: body.model, ...o })}\n\n`);
+      chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }] });
+      chunk({ choices: [{ index: 0, delta: { content: '!' }, finish_reason: 'stop' }] });
+      if (body.stream_options?.include_usage) chunk({ choices: [], usage });
+      res.end('data: [DONE]\n\n');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model: body.model,
+      choices: [{ index: 0, message: { role: 'assistant', content: 'Hi!' }, finish_reason: 'stop' }], usage }));
+  });
+}
+
+/** A local HTTP server that records every request (path, headers, raw body) and lets `answer` reply to its parsed body. */
+async function recordingHost(t, answer) {
   const seen = [];
   const server = http.createServer((req, res) => {
     const parts = [];
@@ -17,20 +36,7 @@ async function recordingUpstream(t) {
     req.on('end', () => {
       const raw = Buffer.concat(parts);
       seen.push({ path: req.url, headers: req.headers, raw });
-      const body = JSON.parse(raw.toString('utf8'));
-      const usage = { prompt_tokens: 11, completion_tokens: 2, total_tokens: 13 };
-      if (body.stream) {
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
-        const chunk = (o) => res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: body.model, ...o })}\n\n`);
-        chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }] });
-        chunk({ choices: [{ index: 0, delta: { content: '!' }, finish_reason: 'stop' }] });
-        if (body.stream_options?.include_usage) chunk({ choices: [], usage });
-        res.end('data: [DONE]\n\n');
-        return;
-      }
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model: body.model,
-        choices: [{ index: 0, message: { role: 'assistant', content: 'Hi!' }, finish_reason: 'stop' }], usage }));
+      void answer(JSON.parse(raw.toString('utf8')), res);
     });
   });
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
@@ -151,41 +157,30 @@ test('an unknown model close to an alias suggests the alias', async (t) => {
 });
 
 /** A host that serves the Responses API itself (like vLLM's /v1/responses): a Response, or its event stream. */
-async function responsesUpstream(t, { cutAfter = Infinity } = {}) {
-  const seen = [];
-  const server = http.createServer((req, res) => {
-    const parts = [];
-    req.on('data', (d) => parts.push(d));
-    req.on('end', async () => {
-      const raw = Buffer.concat(parts);
-      seen.push({ path: req.url, headers: req.headers, raw });
-      const body = JSON.parse(raw.toString('utf8'));
-      const usage = { input_tokens: 9, input_tokens_details: { cached_tokens: 0 }, output_tokens: 5,
-        output_tokens_details: { reasoning_tokens: 2 }, total_tokens: 14 };
-      const response = (status, output, u) => ({ id: 'resp_up', object: 'response', created_at: 1, status, model: body.model, output, usage: u });
-      const message = { type: 'message', id: 'msg_1', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: 'Hi there!', annotations: [] }] };
-      if (!body.stream) {
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify(response('completed', [message], usage)));
-        return;
-      }
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      let seq = 0;
-      const ev = (type, o) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...o })}\n\n`);
-      ev('response.created', { response: response('in_progress', [], null) });
-      const deltas = ['Hi', ' there', '!'];
-      for (let i = 0; i < deltas.length; i++) {
-        if (i >= cutAfter) { res.destroy(); return; }
-        ev('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: deltas[i] });
-        await new Promise((r) => setTimeout(r, 5));
-      }
-      ev('response.completed', { response: response('completed', [message], usage) });
-      res.end();
-    });
+function responsesUpstream(t, { cutAfter = Infinity } = {}) {
+  return recordingHost(t, async (body, res) => {
+    const usage = { input_tokens: 9, input_tokens_details: { cached_tokens: 0 }, output_tokens: 5,
+      output_tokens_details: { reasoning_tokens: 2 }, total_tokens: 14 };
+    const response = (status, output, u) => ({ id: 'resp_up', object: 'response', created_at: 1, status, model: body.model, output, usage: u });
+    const message = { type: 'message', id: 'msg_1', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: 'Hi there!', annotations: [] }] };
+    if (!body.stream) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(response('completed', [message], usage)));
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    let seq = 0;
+    const ev = (type, o) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...o })}\n\n`);
+    ev('response.created', { response: response('in_progress', [], null) });
+    const deltas = ['Hi', ' there', '!'];
+    for (let i = 0; i < deltas.length; i++) {
+      if (i >= cutAfter) { res.destroy(); return; }
+      ev('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: deltas[i] });
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    ev('response.completed', { response: response('completed', [message], usage) });
+    res.end();
   });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  t.after(() => new Promise((r) => server.close(r)));
-  return { url: `http://127.0.0.1:${server.address().port}`, seen };
 }
 
 async function responsesGateway(t, up) {
