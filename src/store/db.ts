@@ -1,8 +1,12 @@
 // The one query layer: a pg Pool, pointed at PostgreSQL or at embedded PGlite through pglite-socket.
 import { mkdirSync, rmSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import { migrate } from './migrate.js';
+import { PGLITE_CONF } from './pglite-conf.js';
 
 // BIGINT comes back as bigint, never as a lossy number or a string.
 pg.types.setTypeParser(20, (v: string) => BigInt(v));
@@ -65,7 +69,13 @@ export async function openPglite(dataDir: string): Promise<Db> {
   // Loaded only here: a PostgreSQL deployment never pays for the WASM build in memory.
   const { PGlite } = await import('@electric-sql/pglite');
   const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
-  const pglite = await PGlite.create(join(dataDir, 'pg'));
+  const pgDir = join(dataDir, 'pg');
+  // A new data directory is created in a child process: initdb leaves ~600 MB of WASM memory behind in
+  // the process that runs it, and this process is the long-lived gateway.
+  if (!existsSync(join(pgDir, 'PG_VERSION'))) {
+    await promisify(execFile)(process.execPath, [fileURLToPath(new URL('./pglite-init.js', import.meta.url)), pgDir]);
+  }
+  const pglite = await PGlite.create(pgDir, { postgresqlconf: PGLITE_CONF });
   const sockDir = join(dataDir, 'run');
   mkdirSync(sockDir, { recursive: true, mode: 0o700 });
   const sockPath = join(sockDir, '.s.PGSQL.5432');
