@@ -7,20 +7,24 @@ import { num } from '../meter/sse.js';
 
 const MAX_UPSTREAM_BODY = 64 * 1024 * 1024;
 
-export async function collect(res: http.IncomingMessage): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of res) {
-      size += (chunk as Buffer).length;
-      if (size > MAX_UPSTREAM_BODY) { res.destroy(); throw upstreamMalformed(); }
-      parts.push(chunk as Buffer);
-    }
-  } catch {
-    throw upstreamMalformed(); // the upstream cut the body short (socket reset mid-response)
-  }
-  if (!res.complete) throw upstreamMalformed();
-  return parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
+/** Reads a whole upstream body (bounded); a body cut short is a malformed reply. */
+export function collect(res: http.IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    let size = 0;
+    res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_UPSTREAM_BODY) { res.destroy(); reject(upstreamMalformed()); return; }
+      parts.push(chunk);
+    });
+    res.once('end', () => {
+      if (!res.complete) reject(upstreamMalformed());
+      else resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size));
+    });
+    // The upstream cut the body short (socket reset mid-response).
+    res.once('error', () => reject(upstreamMalformed()));
+    res.once('close', () => { if (!res.complete) reject(upstreamMalformed()); });
+  });
 }
 
 /**

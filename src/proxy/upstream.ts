@@ -1,19 +1,29 @@
 // http-proxy-3 driven from uWS: a small request/response adapter, keep-alive agents, and fault mapping.
 import http from 'node:http';
 import { EventEmitter } from 'node:events';
-import { Readable } from 'node:stream';
+import type { Stream } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { GatewayError } from '../errors.js';
 import type { UpstreamConfig } from '../config.js';
 
-/** What http-proxy-3 reads from an incoming request: method, url, headers, socket. The body comes from `buffer`. */
-class AdaptedRequest extends Readable {
+/**
+ * What http-proxy-3 reads from an incoming request: method, url, headers, socket, and `on('error')`.
+ * The body comes from `options.buffer`, so this need not be a stream (a Readable per request costs
+ * measurable CPU and garbage at thousands of requests a second: docs/benchmarks.md).
+ */
+class AdaptedRequest {
   readonly httpVersionMajor = 1;
   readonly httpVersionMinor = 1;
   readonly socket = { destroyed: false, encrypted: false, remoteAddress: '127.0.0.1' };
   readonly connection = this.socket;
-  constructor(readonly method: string, readonly url: string, readonly headers: http.OutgoingHttpHeaders) { super(); }
-  override _read(): void { this.push(null); }
+  constructor(readonly method: string, readonly url: string, readonly headers: http.OutgoingHttpHeaders) {}
+  on(): this { return this; } // the body is already in memory: this request never errors
+}
+
+/** The body as http-proxy-3 sends it: it only calls `buffer.pipe(proxyReq)`. One write, no stream machinery. */
+class BodySource {
+  constructor(private readonly body: Buffer) {}
+  pipe<T extends NodeJS.WritableStream>(dest: T): T { dest.end(this.body); return dest; }
 }
 
 /** What it reads from the response: `close` (the client left: it destroys the upstream request) and state flags. */
@@ -35,6 +45,7 @@ const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'up
 export class Upstreams {
   private readonly proxy = createProxyServer({});
   private readonly agents = new Map<string, http.Agent>();
+  private readonly targets = new Map<string, URL>();
 
   constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>) {
     // With selfHandleResponse the proxy hands each upstream response to its request's adapter.
@@ -52,6 +63,13 @@ export class Upstreams {
     const u = this.configs.get(name);
     if (!u) throw new Error(`no upstream ${name}`);
     return u;
+  }
+
+  /** The upstream's address, parsed once (http-proxy-3 would parse a string on every request). */
+  private target(name: string): URL {
+    let t = this.targets.get(name);
+    if (!t) { t = new URL(this.baseUrl(name)); this.targets.set(name, t); }
+    return t;
   }
 
   private agent(name: string): http.Agent {
@@ -80,7 +98,7 @@ export class Upstreams {
         resolve(proxyRes);
       });
       this.proxy.web(req as unknown as http.IncomingMessage, res as unknown as http.ServerResponse, {
-        target: this.baseUrl(name), buffer: Readable.from([body]), selfHandleResponse: true,
+        target: this.target(name), buffer: new BodySource(body) as unknown as Stream, selfHandleResponse: true,
         changeOrigin: true, agent: this.agent(name),
       }, (err: Error) => {
         clearTimeout(timer);
