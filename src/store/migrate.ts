@@ -7,7 +7,12 @@ import type { Db } from './db.js';
 const DIR = join(dirname(fileURLToPath(import.meta.url)), 'migrations');
 
 export async function migrate(db: Db): Promise<void> {
-  await db.query('CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
+  // Under the same lock as the migrations: two instances starting at once on a new database would
+  // otherwise race on this CREATE (IF NOT EXISTS does not stop a concurrent duplicate).
+  await db.tx(async (c) => {
+    await c.query('SELECT pg_advisory_xact_lock(727274)');
+    await c.query('CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
+  });
   const files = readdirSync(DIR).filter((f) => f.endsWith('.sql')).sort();
   for (const name of files) {
     await db.tx(async (c) => {
