@@ -5,6 +5,7 @@ import { embeddedConfig, loadConfigFile, splitHostPort, ConfigError, type Config
 import { Gateway } from './server/app.js';
 import { startAdminSocket, callAdmin } from './server/admin.js';
 import { log, setRequestLogging } from './server/log.js';
+import { isWorker, reportReady, startWorkers, WORKER_PORT_ENV } from './server/workers.js';
 import { lockDataDir, DataDirBusy } from './store/lock.js';
 import { openPglite, openPostgres, type Db } from './store/db.js';
 import { Settler } from './ledger/settle.js';
@@ -54,9 +55,11 @@ function loadConfig(flags: OpArgs): Config {
 }
 
 async function serve(flags: OpArgs): Promise<void> {
-  const config = loadConfig(flags);
+  let config = loadConfig(flags);
   const dir = dataDir(flags);
   if (process.env.TOLLGATE_LOG_REQUESTS === '0') setRequestLogging(false);
+  if (config.workers > 1 && !isWorker()) return servePrimary(config);
+  if (isWorker() && process.env[WORKER_PORT_ENV]) config = Object.freeze({ ...config, listen: { ...config.listen, port: Number(process.env[WORKER_PORT_ENV]) } });
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
   const gw = new Gateway(config, { dataDir: dir });
   await gw.start();
@@ -78,8 +81,13 @@ async function serve(flags: OpArgs): Promise<void> {
       ? `  API key (shown once):  ${firstKey}\n                         for ${config.demo.email}, with $${nanoToDecimal(config.demo.credit)} of sandbox credit`
       : '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`',
   ];
-  process.stdout.write(`${lines.join('\n')}\n`);
-  log('info', 'listening', { base_url: base, port: gw.port, store: s.db.kind, limits: s.limiter.kind });
+  if (isWorker()) {
+    log('info', 'worker serving', { pid: process.pid, port: gw.port });
+    reportReady(gw.port);
+  } else {
+    process.stdout.write(`${lines.join('\n')}\n`);
+    log('info', 'listening', { base_url: base, port: gw.port, store: s.db.kind, limits: s.limiter.kind });
+  }
   let stopping = false;
   const stop = async (signal: string) => {
     if (stopping) return;
@@ -93,6 +101,29 @@ async function serve(flags: OpArgs): Promise<void> {
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
+}
+
+/** `workers: N`: this process only starts, restarts and stops N gateway processes on one port. */
+async function servePrimary(config: Config): Promise<void> {
+  const { port, stop } = await startWorkers(config.workers, config.listen.host, config.listen.port);
+  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
+  const base = config.publicUrl ?? `http://${host}:${port}`;
+  process.stdout.write([
+    `Tollgate is running as ${config.workers} worker processes on one port.`,
+    `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`,
+    `  Console:               ${base}/console`,
+    '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`',
+  ].join('\n') + '\n');
+  log('info', 'listening', { base_url: base, port, workers: config.workers, store: 'postgres', limits: 'redis' });
+  let stopping = false;
+  const onSignal = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log('info', 'draining', { signal, workers: config.workers });
+    void stop().then(() => { log('info', 'stopped', {}); process.exit(0); });
+  };
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
 }
 
 async function simCommand(flags: OpArgs): Promise<void> {

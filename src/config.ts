@@ -33,6 +33,7 @@ const Model = Type.Object({
 export const ConfigSchema = Type.Object({
   listen: Type.String({ pattern: '^[^:]+:\\d+$', default: '127.0.0.1:8080' }),
   public_url: Type.Optional(Type.String({ pattern: '^https?://' })),
+  workers: Type.Integer({ minimum: 1, maximum: 64, default: 1, description: 'gateway processes sharing the listen port; more than 1 needs database and redis' }),
   database: Type.Optional(Type.Object({ url_env: EnvName, pool_size: Type.Integer({ minimum: 1, default: 10 }) }, { additionalProperties: false })),
   redis: Type.Optional(Type.Object({ url_env: EnvName, key_prefix: Type.String({ default: 'tollgate:' }) }, { additionalProperties: false })),
   limits: Type.Object({
@@ -85,6 +86,7 @@ export interface UpstreamConfig {
 
 export interface Config {
   listen: { host: string; port: number };
+  workers: number;
   publicUrl: string | undefined;
   databaseUrl: string | undefined;
   poolSize: number;
@@ -174,6 +176,9 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
   if (c.database && !databaseUrl) fail('/database/url_env', `environment variable ${c.database.url_env} is not set`);
   const redisUrl = c.redis ? env[c.redis.url_env] : undefined;
   if (c.redis && !redisUrl) fail('/redis/url_env', `environment variable ${c.redis.url_env} is not set`);
+  if (c.workers > 1 && (!c.database || !c.redis)) {
+    fail('/workers', 'more than one worker needs database and redis: the embedded store and in-process limits live in one process');
+  }
   const p = c.payments;
   if (p.provider === 'stripe') {
     if (!p.secret_key_env) fail('/payments/secret_key_env', 'the stripe provider needs secret_key_env');
@@ -185,6 +190,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
   }
   const config: Config = {
     listen: { host, port: portText },
+    workers: c.workers,
     publicUrl: c.public_url?.replace(/\/+$/, ''),
     databaseUrl, poolSize: c.database?.pool_size ?? 1,
     redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',
@@ -195,7 +201,9 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       provider: p.provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''),
       secretKey: p.secret_key_env ? env[p.secret_key_env] : undefined,
       // The sandbox signs its own events: a per-process secret unless one is configured.
-      webhookSecret: p.webhook_secret_env ? env[p.webhook_secret_env]! : `whsec_sandbox_${randomBytes(24).toString('hex')}`,
+      // (Workers share the primary's, so any of them verifies what another signed.)
+      webhookSecret: p.webhook_secret_env ? env[p.webhook_secret_env]!
+        : env.TOLLGATE_SANDBOX_WEBHOOK_SECRET ?? `whsec_sandbox_${randomBytes(24).toString('hex')}`,
     },
     console: { secureCookies: c.console.secure_cookies ?? (c.public_url?.startsWith('https://') ?? false) },
     embedded,

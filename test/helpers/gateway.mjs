@@ -42,7 +42,7 @@ export async function freshDatabase() {
 
 /**
  * options: { store: 'pglite' | 'postgres', redis: boolean, embedded: boolean (no --config at all),
- *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env }
+ *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env, workers }
  */
 export async function startGateway(t, options = {}) {
   const store = options.store ?? 'postgres';
@@ -57,6 +57,7 @@ export async function startGateway(t, options = {}) {
       upstreams: options.upstreams ?? { sim: { sim: {} } },
       models: options.models ?? TEST_MODELS,
       limits: options.limits ?? {},
+      ...(options.workers ? { workers: options.workers } : {}),
     };
     if (store === 'postgres') {
       if (!db) { db = await freshDatabase(); cleanups.push(() => db.drop()); }
