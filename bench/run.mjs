@@ -34,12 +34,13 @@ async function sim(delay) {
   return { ...p, url: p.match[1] };
 }
 
-async function tollgate(name, simUrl, streamSimUrl, pg) {
+async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1) {
   const dir = join(work, name);
   mkdirSync(dir, { recursive: true });
   const env = { TOLLGATE_LOG_REQUESTS: '0' };
   const config = {
     listen: '127.0.0.1:0',
+    workers,
     limits: { default_rpm: 1_000_000_000, default_concurrency: 1_000_000 },
     upstreams: { sim: { base_url: simUrl }, simstream: { base_url: streamSimUrl } },
     models: [
@@ -48,12 +49,12 @@ async function tollgate(name, simUrl, streamSimUrl, pg) {
     ],
   };
   if (pg) {
-    const db = `tg_bench_${process.pid}`;
+    const db = `tg_bench_${process.pid}_${name.replace(/\W/g, '_')}`;
     execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS ${db}`, '-c', `CREATE DATABASE ${db}`], { stdio: 'ignore' });
     env.TG_BENCH_DB = PG_ADMIN.replace(/\/[^/]*$/, `/${db}`);
     env.TG_BENCH_REDIS = REDIS;
     config.database = { url_env: 'TG_BENCH_DB', pool_size: 8 };
-    config.redis = { url_env: 'TG_BENCH_REDIS', key_prefix: `tgbench${process.pid}:` };
+    config.redis = { url_env: 'TG_BENCH_REDIS', key_prefix: `tgbench${process.pid}${name}:` };
   }
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
@@ -62,7 +63,7 @@ async function tollgate(name, simUrl, streamSimUrl, pg) {
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', `bench@${name}.local`, '--credit', '1000000');
   const key = cli('key', 'create', '--account', acct.account_id, '--rpm', '1000000000', '--concurrency', '1000000').key;
-  return { name, kind: 'tollgate', url: p.match[1], pid: p.pid, auth: { authorization: `Bearer ${key}` }, streamModel: 'sim-chat-stream' };
+  return { name, kind: 'tollgate', workers, url: p.match[1], pid: p.pid, auth: { authorization: `Bearer ${key}` }, streamModel: 'sim-chat-stream' };
 }
 
 async function litellm(simUrl, streamSimUrl) {
@@ -129,7 +130,8 @@ async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = 
     ? (pr.failed / Math.max(1, pr.ok + pr.failed))
     : out.requests ? (out.non2xx + out.errors + out.timeouts) / (out.requests + out.errors) : 1;
   if (c.kind === 'tollgate' && unitCost !== undefined) {
-    await new Promise((r) => setTimeout(r, 300));
+    // Each instance mirrors the balance; another worker's debits reach it through the 400 ms change feed.
+    await new Promise((r) => setTimeout(r, c.workers > 1 ? 1000 : 300));
     const delta = bal0 - (await balance(c));
     out.ledger = { debited: delta.toString(), expected: (unitCost * BigInt(n)).toString(), exact: delta === unitCost * BigInt(n) };
     if (!out.ledger.exact) { out.ledger_failure = true; log(`LEDGER MISMATCH on ${c.name} ${label}: debited ${delta}, expected ${unitCost * BigInt(n)}`); }
@@ -156,6 +158,8 @@ async function main() {
   const contenders = [direct(simA.url, simB.url, simA.pid, simB.pid)];
   if (!only || only.includes('tollgate-embedded')) contenders.push(await tollgate('tollgate-embedded', simA.url, simB.url, false));
   if (!only || only.includes('tollgate-pg-redis')) contenders.push(await tollgate('tollgate-pg-redis', simA.url, simB.url, true));
+  // The same, as two worker processes on one port (`workers: 2`): the non-streaming chat scenarios only.
+  if (!only || only.includes('tollgate-pg-redis-2w')) contenders.push(await tollgate('tollgate-pg-redis-2w', simA.url, simB.url, true, 2));
   if (wantLitellm && (!only || only.includes('litellm'))) contenders.push(await litellm(simA.url, simB.url));
   const active = contenders.filter((c) => !only || only.includes(c.name));
   const costs = new Map();
@@ -164,7 +168,7 @@ async function main() {
   log('idle RSS MB', JSON.stringify(idle));
   const results = [];
   let flip = false;
-  const each = async (fn) => { const order = flip ? [...active].reverse() : active; flip = !flip; for (const c of order) results.push(await fn(c)); };
+  const each = async (fn) => { const order = flip ? [...active].reverse() : active; flip = !flip; for (const c of order) { const r = await fn(c); if (r) results.push(r); } };
   // warm-up so JIT and pools are in their steady state
   await each((c) => measure(c, 'warmup', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, extra: ['-c', '50', ...amount(c, 3000, 5)] }));
   // One request at a time, no other load: what the gateway adds when the machine is not busy.
@@ -179,14 +183,16 @@ async function main() {
   const warm = new Map(results.filter((r) => r.scenario === 'warmup').map((r) => [r.contender, r.qps]));
   await each((c) => measure(c, 'chat max qps', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
     extra: ['-c', '128', ...amount(c, Math.max(2000, Math.round((warm.get(c.name) ?? 1000) * 1.5 * PLAN.maxSecs)), PLAN.maxSecs)] }));
+  const chatOnly = (c) => c.name === 'tollgate-pg-redis-2w';
   for (let round = 0; round < PLAN.streamRounds; round++) {
     await each((c) => {
+      if (chatOnly(c)) return null;
       const body = JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel });
       return measure(c, `${PLAN.streams} streams`, { url: `${c.kind === 'direct' ? c.streamUrl : c.url}/v1/chat/completions`, body, unitCost: costs.get(c.name).stream,
         pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), ...amount(c, PLAN.streams * 2, 30), '-t', '60'] });
     });
   }
-  const keyContenders = active.filter((c) => c.kind === 'tollgate');
+  const keyContenders = active.filter((c) => c.kind === 'tollgate' && !chatOnly(c));
   for (const c of keyContenders) {
     const ac = await autocannon([...Object.entries(c.auth).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-c', '64', '-d', String(PLAN.keySecs), `${c.url}/svc/v1/key`]);
     results.push({ contender: c.name, scenario: 'GET /svc/v1/key max qps', qps: Math.round(ac.requests.average), latency_ms: { p50: ac.latency.p50, p99: ac.latency.p99 }, non2xx: ac.non2xx });
@@ -208,6 +214,8 @@ async function main() {
 const cleanup = async () => {
   for (const p of procs.reverse()) await stop(p);
   rmSync(work, { recursive: true, force: true });
-  try { execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS tg_bench_${process.pid} WITH (FORCE)`], { stdio: 'ignore' }); } catch { /* none */ }
+  for (const name of ['tollgate_pg_redis', 'tollgate_pg_redis_2w']) {
+    try { execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS tg_bench_${process.pid}_${name} WITH (FORCE)`], { stdio: 'ignore' }); } catch { /* none */ }
+  }
 };
 main().catch((e) => { console.error(e); process.exitCode = 1; }).finally(cleanup);

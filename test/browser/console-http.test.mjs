@@ -215,6 +215,13 @@ for (const store of ['pglite', 'postgres']) {
     await gw.cli('account', 'credit', account, '--amount', '2.5', '--reason', reason);
     await gw.cli('account', 'credit', account, '--amount', '0.000000001', '--reason', '=HYPERLINK("http://evil")');
     const { key, prefix } = await c.createKey({ label: 'csv' });
+    // The CLI wrote the credits straight to the store: the gateway sees them through its change feed,
+    // within a second by contract, not necessarily at once.
+    for (let i = 0; i < 40; i++) {
+      const k = await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json();
+      if (k.balance > 0) break;
+      await new Promise((res) => setTimeout(res, 50));
+    }
     const chat = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() });
     assert.equal(chat.status, 200);
     const usage = (await chat.json()).usage;
