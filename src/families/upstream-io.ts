@@ -3,7 +3,7 @@ import type http from 'node:http';
 import { GatewayError } from '../errors.js';
 import { upstreamFailed, upstreamMalformed } from '../proxy/upstream.js';
 import { log } from '../server/log.js';
-import { num } from '../meter/sse.js';
+import { readUsage } from '../meter/sse.js';
 
 const MAX_UPSTREAM_BODY = 64 * 1024 * 1024;
 
@@ -53,13 +53,8 @@ export async function upstreamError(res: http.IncomingMessage, requestId: string
 export interface JsonUsage { input: number; output: number; reasoning: number; reported: boolean }
 
 export function usageOf(body: Record<string, unknown>): JsonUsage {
-  const u = body.usage as Record<string, unknown> | undefined;
-  if (!u || typeof u !== 'object') return { input: 0, output: 0, reasoning: 0, reported: false };
-  const d = (u.completion_tokens_details ?? u.output_tokens_details) as Record<string, unknown> | undefined;
-  return {
-    input: num(u.prompt_tokens ?? u.input_tokens), output: num(u.completion_tokens ?? u.output_tokens),
-    reasoning: num(d?.reasoning_tokens), reported: true,
-  };
+  const u = readUsage(body.usage);
+  return u ? { ...u, reported: true } : { input: 0, output: 0, reasoning: 0, reported: false };
 }
 
 export function parseUpstreamJson(buf: Buffer): Record<string, unknown> {

@@ -1,5 +1,5 @@
 // Meters an OpenAI Responses event stream passed through from an upstream that serves /v1/responses.
-import { num, type StreamMeter, type StreamUsage } from './sse.js';
+import { readUsage, type StreamMeter, type StreamUsage } from './sse.js';
 
 // Events that carry produced output: the fallback count of output tokens when the stream is cut.
 const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta',
@@ -38,10 +38,9 @@ export class ResponsesSseMeter implements StreamMeter {
     if (OUTPUT_DELTAS.has(type)) this.produced++;
     if (!TERMINAL.has(type)) return;
     this.done = true;
-    const u = obj.response?.usage;
-    if ((type === 'response.completed' || type === 'response.incomplete') && u && typeof u === 'object') {
-      const details = u.output_tokens_details as Record<string, unknown> | undefined;
-      this.usage = { input: num(u.input_tokens), output: num(u.output_tokens), reasoning: num(details?.reasoning_tokens) };
+    const usage = readUsage(obj.response?.usage);
+    if ((type === 'response.completed' || type === 'response.incomplete') && usage) {
+      this.usage = usage;
       this.final = true;
     }
   }

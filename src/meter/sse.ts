@@ -65,13 +65,8 @@ export class SseMeter implements StreamMeter {
     if (payload === '[DONE]') { this.done = true; return this.opts.translate ? this.opts.translate.done() : raw; }
     let obj: Record<string, unknown>;
     try { obj = JSON.parse(payload) as Record<string, unknown>; } catch { this.malformed = true; return raw; }
-    const usage = obj.usage as Record<string, unknown> | null | undefined;
-    if (usage && typeof usage === 'object') {
-      const details = usage.completion_tokens_details as Record<string, unknown> | undefined;
-      this.usage = {
-        input: num(usage.prompt_tokens), output: num(usage.completion_tokens), reasoning: num(details?.reasoning_tokens),
-      };
-    }
+    const usage = readUsage(obj.usage);
+    if (usage) this.usage = usage;
     const choices = obj.choices as Record<string, unknown>[] | undefined;
     const translated = this.opts.translate?.chunk(obj);
     if (Array.isArray(choices) && choices.length === 0 && usage) {
@@ -95,6 +90,18 @@ export class SseMeter implements StreamMeter {
     }
     return raw;
   }
+}
+
+/**
+ * A usage block as the hosts report it, in either API's names: chat (`prompt_tokens`,
+ * `completion_tokens`, `completion_tokens_details`) or Responses (`input_tokens`, `output_tokens`,
+ * `output_tokens_details`). Null when there is none.
+ */
+export function readUsage(u: unknown): StreamUsage | null {
+  if (!u || typeof u !== 'object') return null;
+  const r = u as Record<string, unknown>;
+  const d = (r.completion_tokens_details ?? r.output_tokens_details) as Record<string, unknown> | undefined;
+  return { input: num(r.prompt_tokens ?? r.input_tokens), output: num(r.completion_tokens ?? r.output_tokens), reasoning: num(d?.reasoning_tokens) };
 }
 
 /** A reported token count: a finite positive number, floored; anything else counts as 0. */
