@@ -21,6 +21,7 @@ const CHAT = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', cont
 const STREAM = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Tell me a story.' }], max_tokens: 100, stream: true });
 const work = mkdtempSync(join(tmpdir(), 'tollgate-bench-'));
 const procs = [];
+const databases = []; // created per PostgreSQL contender, dropped at the end
 const log = (...a) => console.error(new Date().toISOString().slice(11, 19), ...a);
 
 function price(u) {
@@ -51,6 +52,7 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1) {
   if (pg) {
     const db = `tg_bench_${process.pid}_${name.replace(/\W/g, '_')}`;
     execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS ${db}`, '-c', `CREATE DATABASE ${db}`], { stdio: 'ignore' });
+    databases.push(db);
     env.TG_BENCH_DB = PG_ADMIN.replace(/\/[^/]*$/, `/${db}`);
     env.TG_BENCH_REDIS = REDIS;
     config.database = { url_env: 'TG_BENCH_DB', pool_size: 8 };
@@ -214,8 +216,8 @@ async function main() {
 const cleanup = async () => {
   for (const p of procs.reverse()) await stop(p);
   rmSync(work, { recursive: true, force: true });
-  for (const name of ['tollgate_pg_redis', 'tollgate_pg_redis_2w']) {
-    try { execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS tg_bench_${process.pid}_${name} WITH (FORCE)`], { stdio: 'ignore' }); } catch { /* none */ }
+  for (const db of databases) {
+    try { execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`], { stdio: 'ignore' }); } catch { /* gone */ }
   }
 };
 main().catch((e) => { console.error(e); process.exitCode = 1; }).finally(cleanup);

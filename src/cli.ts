@@ -2,10 +2,10 @@
 // Command-line entry: serve | sim | account ... | key ...  (see README for the contract).
 import { resolve } from 'node:path';
 import { embeddedConfig, loadConfigFile, splitHostPort, ConfigError, type Config } from './config.js';
-import { Gateway } from './server/app.js';
+import { Gateway, baseUrlOf } from './server/app.js';
 import { startAdminSocket, callAdmin } from './server/admin.js';
 import { log, setRequestLogging } from './server/log.js';
-import { isWorker, reportReady, startWorkers, WORKER_PORT_ENV } from './server/workers.js';
+import { isWorker, reportReady, startWorkers, workerPort } from './server/workers.js';
 import { lockDataDir, DataDirBusy } from './store/lock.js';
 import { openPglite, openPostgres, type Db } from './store/db.js';
 import { Settler } from './ledger/settle.js';
@@ -59,7 +59,7 @@ async function serve(flags: OpArgs): Promise<void> {
   const dir = dataDir(flags);
   if (process.env.TOLLGATE_LOG_REQUESTS === '0') setRequestLogging(false);
   if (config.workers > 1 && !isWorker()) return servePrimary(config);
-  if (isWorker() && process.env[WORKER_PORT_ENV]) config = Object.freeze({ ...config, listen: { ...config.listen, port: Number(process.env[WORKER_PORT_ENV]) } });
+  if (isWorker()) config = Object.freeze({ ...config, listen: { ...config.listen, port: workerPort() } });
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
   const gw = new Gateway(config, { dataDir: dir });
   await gw.start();
@@ -73,57 +73,55 @@ async function serve(flags: OpArgs): Promise<void> {
     await credit(deps, acct.id, config.demo.credit, 'sandbox credit for the demo account', `credit:demo:${acct.id}`);
     firstKey = (await createKey(s.db, { accountId: acct.id, label: 'first key' })).key;
   }
-  const lines = [
+  const lines = banner(
     `Tollgate is running${config.embedded ? ` on its embedded default (PGlite in ${dir}, in-process limits, simulated upstream "sim", payment sandbox)` : ''}.`,
-    `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`,
-    `  Console:               ${base}/console`,
+    base,
     firstKey
       ? `  API key (shown once):  ${firstKey}\n                         for ${config.demo.email}, with $${nanoToDecimal(config.demo.credit)} of sandbox credit`
-      : '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`',
-  ];
+      : undefined,
+  );
   if (isWorker()) {
     log('info', 'worker serving', { pid: process.pid, port: gw.port });
-    reportReady(gw.port);
+    reportReady();
   } else {
     process.stdout.write(`${lines.join('\n')}\n`);
     log('info', 'listening', { base_url: base, port: gw.port, store: s.db.kind, limits: s.limiter.kind });
   }
-  let stopping = false;
-  const stop = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
+  onStopSignal(async (signal) => {
     log('info', 'draining', { signal });
     admin?.close();
     await gw.stop();
     unlock();
-    log('info', 'stopped', {});
-    process.exit(0);
+  });
+}
+
+/** The start-up lines: a headline, the API and console URLs, and how to get a key. */
+function banner(headline: string, base: string, keyLine = '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`'): string[] {
+  return [headline, `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`, `  Console:               ${base}/console`, keyLine];
+}
+
+/** On the first SIGTERM or SIGINT: runs `drain`, logs `stopped` and exits 0 (later signals are ignored). */
+function onStopSignal(drain: (signal: string) => Promise<void>): void {
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    void drain(signal).then(() => { log('info', 'stopped', {}); process.exit(0); });
   };
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
 }
 
 /** `workers: N`: this process only starts, restarts and stops N gateway processes on one port. */
 async function servePrimary(config: Config): Promise<void> {
-  const { port, stop } = await startWorkers(config.workers, config.listen.host, config.listen.port);
-  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
-  const base = config.publicUrl ?? `http://${host}:${port}`;
-  process.stdout.write([
-    `Tollgate is running as ${config.workers} worker processes on one port.`,
-    `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`,
-    `  Console:               ${base}/console`,
-    '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`',
-  ].join('\n') + '\n');
+  const { port, stop } = await startWorkers(config.workers, config.listen.host, config.listen.port, config.payments.webhookSecret);
+  const base = baseUrlOf(config, port);
+  process.stdout.write(`${banner(`Tollgate is running as ${config.workers} worker processes on one port.`, base).join('\n')}\n`);
   log('info', 'listening', { base_url: base, port, workers: config.workers, store: 'postgres', limits: 'redis' });
-  let stopping = false;
-  const onSignal = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
+  onStopSignal(async (signal) => {
     log('info', 'draining', { signal, workers: config.workers });
-    void stop().then(() => { log('info', 'stopped', {}); process.exit(0); });
-  };
-  process.on('SIGTERM', () => onSignal('SIGTERM'));
-  process.on('SIGINT', () => onSignal('SIGINT'));
+    await stop();
+  });
 }
 
 async function simCommand(flags: OpArgs): Promise<void> {

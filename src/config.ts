@@ -103,6 +103,9 @@ export interface Config {
 
 export class ConfigError extends Error {}
 
+/** Set by a `workers: N` primary for its workers: its sandbox webhook secret, so any worker verifies what another signed. */
+export const SANDBOX_SECRET_ENV = 'TOLLGATE_SANDBOX_WEBHOOK_SECRET';
+
 /** The embedded default: one simulated chat model priced as the seed's 27B model, one embedding model. */
 export const EMBEDDED_DEFAULT: unknown = {
   upstreams: { sim: { sim: {} } },
@@ -203,7 +206,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       // The sandbox signs its own events: a per-process secret unless one is configured.
       // (Workers share the primary's, so any of them verifies what another signed.)
       webhookSecret: p.webhook_secret_env ? env[p.webhook_secret_env]!
-        : env.TOLLGATE_SANDBOX_WEBHOOK_SECRET ?? `whsec_sandbox_${randomBytes(24).toString('hex')}`,
+        : env[SANDBOX_SECRET_ENV] ?? `whsec_sandbox_${randomBytes(24).toString('hex')}`,
     },
     console: { secureCookies: c.console.secure_cookies ?? (c.public_url?.startsWith('https://') ?? false) },
     embedded,

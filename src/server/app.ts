@@ -37,6 +37,12 @@ export interface Services {
 
 export interface GatewayOptions { dataDir: string }
 
+/** The URL clients use: `public_url`, else the listen host (bracketed if IPv6) and the bound port. */
+export function baseUrlOf(config: Config, port: number): string {
+  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
+  return config.publicUrl ?? `http://${host}:${port}`;
+}
+
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 export class Gateway {
@@ -99,7 +105,7 @@ export class Gateway {
   }
 
   get baseUrl(): string {
-    return this.config.publicUrl ?? `http://${this.config.listen.host.includes(':') ? `[${this.config.listen.host}]` : this.config.listen.host}:${this.port}`;
+    return baseUrlOf(this.config, this.port);
   }
 
   private onRequest(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
