@@ -106,7 +106,9 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
 
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+    // A deep accept queue, as model servers have (uvicorn: 2048): Node's default of 511 overflows when
+    // thousands of streams open at once, and the kernel then resets or delays the connections it drops.
+    server.listen({ port: opts.port ?? 0, host: opts.host ?? '127.0.0.1', backlog: 4096 }, () => {
       server.off('error', reject);
       const port = (server.address() as AddressInfo).port;
       const host = !opts.host || opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
