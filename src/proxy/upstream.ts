@@ -5,6 +5,7 @@ import type { Stream } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { GatewayError } from '../errors.js';
 import type { UpstreamConfig } from '../config.js';
+import { log } from '../server/log.js';
 
 /**
  * What http-proxy-3 reads from an incoming request: method, url, headers, socket, and `on('error')`.
@@ -102,6 +103,7 @@ export class Upstreams {
         changeOrigin: true, agent: this.agent(name),
       }, (err: Error) => {
         clearTimeout(timer);
+        if (!timedOut) log('warn', 'upstream unreachable', { request_id: requestId, upstream: name, error: (err as { code?: string }).code ?? err.message });
         reject(timedOut ? upstreamTimeout(cfg.timeoutMs) : upstreamUnavailable(err));
       });
     });
