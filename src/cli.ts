@@ -6,6 +6,7 @@ import { Gateway, baseUrlOf } from './server/app.js';
 import { startAdminSocket, callAdmin } from './server/admin.js';
 import { log, setRequestLogging } from './server/log.js';
 import { isWorker, reportReady, startWorkers, workerPort } from './server/workers.js';
+import { boundHeapGrowth } from './server/heap.js';
 import { lockDataDir, DataDirBusy } from './store/lock.js';
 import { openPglite, openPostgres, type Db } from './store/db.js';
 import { Settler } from './ledger/settle.js';
@@ -63,6 +64,7 @@ async function serve(flags: OpArgs): Promise<void> {
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
   const gw = new Gateway(config, { dataDir: dir });
   await gw.start();
+  const heap = boundHeapGrowth();
   const s = gw.services;
   const deps = { db: s.db, settler: s.settler, onKey: (k: Parameters<typeof s.cache.putKey>[0]) => s.cache.putKey(k) };
   const admin = s.db.kind === 'pglite' ? await startAdminSocket(dir, deps) : null;
@@ -91,6 +93,7 @@ async function serve(flags: OpArgs): Promise<void> {
     log('info', 'draining', { signal });
     admin?.close();
     await gw.stop();
+    heap?.stop();
     unlock();
   });
 }
