@@ -1,5 +1,6 @@
 // Meters an OpenAI Responses event stream passed through from an upstream that serves /v1/responses.
-import { readUsage, type StreamMeter, type StreamUsage } from './sse.js';
+import { StringDecoder } from 'node:string_decoder';
+import { eventEnd, readUsage, type StreamMeter, type StreamUsage } from './sse.js';
 
 // Events that carry produced output: the fallback count of output tokens when the stream is cut.
 const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta',
@@ -13,16 +14,18 @@ export class ResponsesSseMeter implements StreamMeter {
   done = false;
   private produced = 0;
   private pending = '';
+  private readonly decoder = new StringDecoder('utf8');
 
   /** Feeds upstream bytes; returns them unchanged, whole events at a time. */
-  push(chunk: Buffer | string): string {
-    this.pending += typeof chunk === 'string' ? chunk : chunk.toString('utf8');
-    const end = this.pending.lastIndexOf('\n\n');
-    if (end < 0) return '';
-    const whole = this.pending.slice(0, end + 2);
-    this.pending = this.pending.slice(end + 2);
-    for (const ev of whole.split('\n\n')) if (ev) this.event(ev);
-    return whole;
+  push(chunk: Buffer): string {
+    const text = this.pending + this.decoder.write(chunk);
+    let start = 0;
+    for (let end = eventEnd(text, 0); end > 0; end = eventEnd(text, start)) {
+      this.event(text.slice(start, end));
+      start = end;
+    }
+    this.pending = text.slice(start);
+    return start === 0 ? '' : text.slice(0, start);
   }
 
   producedTokens(): number {
@@ -30,7 +33,7 @@ export class ResponsesSseMeter implements StreamMeter {
   }
 
   private event(raw: string): void {
-    const data = raw.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
+    const data = raw.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trimStart()).join('\n');
     if (!data) return;
     let obj: { type?: unknown; response?: { usage?: Record<string, unknown> | null } };
     try { obj = JSON.parse(data) as typeof obj; } catch { return; }

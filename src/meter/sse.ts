@@ -1,4 +1,5 @@
 // Meters an OpenAI-style SSE stream on its way through: usage, produced tokens, and the usage the client did not ask for.
+import { StringDecoder } from 'node:string_decoder';
 
 export interface StreamUsage { input: number; output: number; reasoning: number }
 
@@ -9,7 +10,8 @@ export interface StreamMeter {
   final: boolean;
   /** The stream reached its end marker. */
   done: boolean;
-  push(chunk: Buffer | string): string;
+  /** Feeds upstream bytes; returns what to forward now (whole events only; may be empty). */
+  push(chunk: Buffer): Buffer | string;
   producedTokens(): number;
 }
 
@@ -23,48 +25,77 @@ export interface SseMeterOptions {
 }
 
 const DATA = 'data:';
+const LF = 0x0a;
+// Keys whose non-empty string value means the chunk carried produced output.
+const OUTPUT_KEYS = ['"content"', '"text"', '"reasoning_content"', '"arguments"'];
 
+/**
+ * Relays an OpenAI-style chat/completions event stream and meters it. Most events are a token's
+ * chunk with one choice and no usage: those are read by a scan of the text, without JSON.parse (at
+ * thousands of open streams, parsing every chunk was most of the garbage and a tenth of the CPU). An
+ * event with usage, several choices, or anything unusual is parsed whole. Events are split on blank
+ * lines (LF or CRLF); bytes are decoded across chunk boundaries, so a character split between two
+ * TCP reads survives; a chunk that is whole events, unchanged, is forwarded as the same bytes.
+ */
 export class SseMeter implements StreamMeter {
   /** The last usage the upstream reported (final chunk, or running continuous stats). */
   usage: StreamUsage | null = null;
   final = false;
   done = false;
-  malformed = false;
   /** Chunks that carried generated text/arguments, per choice: the fallback count of produced tokens. */
-  private readonly produced = new Map<number, number>();
+  private produced = 0;
   private pending = '';
+  private readonly decoder = new StringDecoder('utf8');
+  /** The previous chunk ended on a whole character (a line feed): nothing is held in the decoder. */
+  private aligned = true;
 
   constructor(private readonly opts: SseMeterOptions) {}
 
-  /** Feeds upstream bytes; returns the text to forward to the client (whole events only). */
-  push(chunk: Buffer | string): string {
-    this.pending += typeof chunk === 'string' ? chunk : chunk.toString('utf8');
+  push(chunk: Buffer): Buffer | string {
+    const fresh = this.pending.length === 0 && this.aligned;
+    this.aligned = chunk.length > 0 && chunk[chunk.length - 1] === LF;
+    const text = this.pending + this.decoder.write(chunk);
     let out = '';
+    let same = true;
     let start = 0;
-    for (;;) {
-      const end = this.pending.indexOf('\n\n', start);
-      if (end < 0) break;
-      out += this.event(this.pending.slice(start, end + 2));
-      start = end + 2;
+    for (let end = eventEnd(text, 0); end > 0; end = eventEnd(text, start)) {
+      const raw = text.slice(start, end);
+      const fwd = this.event(raw);
+      if (fwd !== raw) same = false;
+      out += fwd;
+      start = end;
     }
-    this.pending = this.pending.slice(start);
-    return out;
+    this.pending = start === 0 ? text : text.slice(start);
+    return fresh && same && this.pending.length === 0 ? chunk : out;
   }
 
   /** Tokens produced so far: reported running usage if any, else the counted deltas. */
   producedTokens(): number {
-    let counted = 0;
-    for (const v of this.produced.values()) counted += v;
-    return Math.max(counted, this.usage?.output ?? 0);
+    return Math.max(this.produced, this.usage?.output ?? 0);
   }
 
   private event(raw: string): string {
-    const line = raw.startsWith(DATA) ? raw : raw.replace(/\r\n/g, '\n');
-    if (!line.startsWith(DATA)) return raw; // comments, event: lines, keep-alives pass through
-    const payload = line.slice(DATA.length).trim();
-    if (payload === '[DONE]') { this.done = true; return this.opts.translate ? this.opts.translate.done() : raw; }
+    if (!raw.startsWith(DATA)) return raw; // comments, event: lines, keep-alives pass through
+    let from = DATA.length;
+    while (raw.charCodeAt(from) === 0x20) from++;
+    const nl = raw.indexOf('\n', from);
+    const to = raw.charCodeAt(nl - 1) === 0x0d ? nl - 1 : nl;
+    if (raw.charCodeAt(from) === 0x5b && raw.slice(from, to).trim() === '[DONE]') {
+      this.done = true;
+      return this.opts.translate ? this.opts.translate.done() : raw;
+    }
+    // The common chunk: one line, one choice (one finish_reason key), no usage.
+    if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1
+      && keyCount(raw, '"finish_reason"', from, to) === 1 && !hasUsage(raw, from, to)) {
+      if (hasOutput(raw, from, to)) this.produced++;
+      return raw;
+    }
+    return this.parsed(raw, raw.slice(from, to).trim());
+  }
+
+  private parsed(raw: string, payload: string): string {
     let obj: Record<string, unknown>;
-    try { obj = JSON.parse(payload) as Record<string, unknown>; } catch { this.malformed = true; return raw; }
+    try { obj = JSON.parse(payload) as Record<string, unknown>; } catch { return raw; }
     const usage = readUsage(obj.usage);
     if (usage) this.usage = usage;
     const choices = obj.choices as Record<string, unknown>[] | undefined;
@@ -80,7 +111,7 @@ export class SseMeter implements StreamMeter {
         const hasText = (typeof d.content === 'string' && d.content.length > 0) || (typeof d.text === 'string' && d.text.length > 0)
           || (typeof d.reasoning_content === 'string' && d.reasoning_content.length > 0)
           || (Array.isArray(toolCalls) && toolCalls.some((t) => (t.function?.arguments ?? '').length > 0));
-        if (hasText) { const i = num(c.index); this.produced.set(i, (this.produced.get(i) ?? 0) + 1); }
+        if (hasText) this.produced++;
       }
     }
     if (translated !== undefined) return translated;
@@ -90,6 +121,53 @@ export class SseMeter implements StreamMeter {
     }
     return raw;
   }
+}
+
+/** The end (exclusive) of the first event from `from`: just past its blank line (LF LF or CRLF CRLF); -1 if none yet. */
+export function eventEnd(s: string, from: number): number {
+  for (let i = s.indexOf('\n', from); i >= 0; i = s.indexOf('\n', i + 1)) {
+    const next = s.charCodeAt(i + 1);
+    if (next === LF) return i + 2;
+    if (next === 0x0d && s.charCodeAt(i + 2) === LF) return i + 3;
+  }
+  return -1;
+}
+
+const isSpace = (c: number) => c === 0x20 || c === 0x09 || c === 0x0d;
+
+/** Where the value of the key that ends just before `i` starts, or -1 when `i` is not followed by `:` (not a key). */
+function valueAt(s: string, i: number): number {
+  while (isSpace(s.charCodeAt(i))) i++;
+  if (s.charCodeAt(i) !== 0x3a) return -1;
+  i++;
+  while (isSpace(s.charCodeAt(i))) i++;
+  return i;
+}
+
+// In JSON text an unescaped quote only ever delimits a string, so a quoted name followed by a colon is an
+// object key, never text inside a value: these scans cannot be fooled by what the model wrote.
+function keyCount(s: string, key: string, from: number, to: number): number {
+  let n = 0;
+  for (let i = s.indexOf(key, from); i >= 0 && i < to; i = s.indexOf(key, i + key.length)) if (valueAt(s, i + key.length) >= 0) n++;
+  return n;
+}
+
+function hasUsage(s: string, from: number, to: number): boolean {
+  for (let i = s.indexOf('"usage"', from); i >= 0 && i < to; i = s.indexOf('"usage"', i + 7)) {
+    const v = valueAt(s, i + 7);
+    if (v >= 0 && !s.startsWith('null', v)) return true;
+  }
+  return false;
+}
+
+function hasOutput(s: string, from: number, to: number): boolean {
+  for (const key of OUTPUT_KEYS) {
+    for (let i = s.indexOf(key, from); i >= 0 && i < to; i = s.indexOf(key, i + key.length)) {
+      const v = valueAt(s, i + key.length);
+      if (v >= 0 && s.charCodeAt(v) === 0x22 && s.charCodeAt(v + 1) !== 0x22) return true;
+    }
+  }
+  return false;
 }
 
 /**

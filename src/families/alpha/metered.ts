@@ -92,7 +92,7 @@ async function relay(s: Services, ctx: Ctx, res: http.IncomingMessage, hold: Hol
   try {
     for await (const chunk of res) {
       const out = meter.push(chunk as Buffer);
-      if (out) { const wait = ctx.write(out); if (wait) await wait; }
+      if (out.length > 0) { const wait = ctx.write(out); if (wait) await wait; }
       if (ctx.aborted) break;
     }
     if (!res.complete && !ctx.aborted) broken = true;

@@ -1,0 +1,111 @@
+// The stream meter on its own: what it forwards and what it counts, for every way a host may cut its
+// bytes into reads, with LF or CRLF event endings, and for chunks it scans rather than parses.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { SseMeter } from '../dist/meter/sse.js';
+import { ResponsesSseMeter } from '../dist/meter/responses-sse.js';
+
+const chunk = (delta, extra = {}) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta, logprobs: null, finish_reason: null }], ...extra })}\n\n`;
+const USAGE = { prompt_tokens: 7, completion_tokens: 4, total_tokens: 11 };
+const final = `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [], usage: USAGE })}\n\n`;
+// Four chunks with output (one of them with multi-byte characters), two without, the usage chunk, the end.
+const STREAM = [
+  chunk({ role: 'assistant', content: '' }, { usage: null }),
+  chunk({ content: 'Héllo' }, { usage: null }),
+  chunk({ content: ' 日本 🙂' }, { usage: null }),
+  chunk({ content: 'He said "usage":{"prompt_tokens":99} and "finish_reason":"x"' }, { usage: null }),
+  chunk({ reasoning_content: 'hmm' }),
+  chunk({}),
+  final,
+  'data: [DONE]\n\n',
+].join('');
+
+function run(text, opts, cut) {
+  const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false, ...opts });
+  const bytes = Buffer.from(text);
+  let out = '';
+  for (let i = 0; i < bytes.length; i += cut) out += m.push(bytes.subarray(i, i + cut)).toString();
+  return { m, out };
+}
+
+test('a stream cut into reads of any size is forwarded byte for byte and counted the same', () => {
+  for (const cut of [1, 2, 3, 5, 7, 64, 100_000]) {
+    const { m, out } = run(STREAM, {}, cut);
+    assert.equal(out, STREAM, `cut ${cut}`);
+    assert.equal(m.producedTokens(), 4, `cut ${cut}`);
+    assert.deepEqual(m.usage, { input: 7, output: 4, reasoning: 0 });
+    assert.ok(m.final && m.done);
+  }
+});
+
+test('CRLF event endings are split, metered and forwarded as they came', () => {
+  const crlf = STREAM.replace(/\n\n/g, '\r\n\r\n');
+  for (const cut of [1, 4, 100_000]) {
+    const { m, out } = run(crlf, {}, cut);
+    assert.equal(out, crlf);
+    assert.equal(m.producedTokens(), 4);
+    assert.ok(m.final && m.done);
+  }
+});
+
+test('the usage chunk the client did not ask for is dropped, and text that looks like usage is not usage', () => {
+  const { m, out } = run(STREAM, { stripUsageChunk: true }, 100_000);
+  assert.equal(out, STREAM.replace(final, ''));
+  assert.deepEqual(m.usage, { input: 7, output: 4, reasoning: 0 });
+  const cut = run(STREAM.slice(0, STREAM.indexOf(final)), {}, 9).m; // dropped before the usage chunk
+  assert.equal(cut.usage, null);
+  assert.equal(cut.producedTokens(), 4);
+  assert.equal(cut.final, false);
+});
+
+test('what counts as produced output: text, reasoning and tool-call arguments, per choice; not empty or null', () => {
+  const cases = [
+    [chunk({ content: 'x' }), 1],
+    [chunk({ content: '' }), 0],
+    [chunk({ content: null }), 0],
+    [chunk({ content: '"' }), 1],
+    [chunk({ tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'content', arguments: '' } }] }), 0],
+    [chunk({ tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] }), 1],
+    [`data: {"choices": [{"index": 0, "text": "spaced", "finish_reason": null}]}\n\n`, 1], // legacy completions, spaced JSON
+    [`data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":"b"},"finish_reason":null}]}\n\n`, 2],
+    [`data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":""},"finish_reason":null}]}\n\n`, 1],
+    [': keep-alive\n\n', 0],
+  ];
+  for (const [text, n] of cases) {
+    const { m, out } = run(text, {}, 100_000);
+    assert.equal(m.producedTokens(), n, text);
+    assert.equal(out, text);
+  }
+});
+
+test('running usage (continuous usage stats) is read from every chunk and removed when the client did not ask for it', () => {
+  const text = chunk({ content: 'a' }, { usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } })
+    + chunk({ content: 'b' }, { usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } });
+  const { m, out } = run(text, { stripChunkUsage: true }, 100_000);
+  assert.deepEqual(m.usage, { input: 7, output: 2, reasoning: 0 });
+  assert.equal(m.producedTokens(), 2);
+  assert.equal(m.final, false);
+  assert.equal(out, text.replace(/"usage":\{[^}]*\}/g, '"usage":null'));
+});
+
+test('whole unchanged events are forwarded as the very bytes that came in', () => {
+  const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false });
+  const b = Buffer.from(chunk({ content: 'x' }) + chunk({ content: 'y' }));
+  assert.equal(m.push(b), b);
+  const half = Buffer.from(chunk({ content: 'z' }));
+  assert.equal(m.push(half.subarray(0, 10)), '');
+  assert.equal(m.push(half.subarray(10)).toString(), half.toString());
+});
+
+test('the Responses meter splits on CRLF too and keeps characters cut between reads', () => {
+  const ev = (type, body) => `event: ${type}\r\ndata: ${JSON.stringify({ type, ...body })}\r\n\r\n`;
+  const text = ev('response.output_text.delta', { delta: 'é日' }) + ev('response.output_text.delta', { delta: 'b' })
+    + ev('response.completed', { response: { usage: { input_tokens: 3, output_tokens: 2 } } });
+  const m = new ResponsesSseMeter();
+  const bytes = Buffer.from(text);
+  let out = '';
+  for (let i = 0; i < bytes.length; i += 3) out += m.push(bytes.subarray(i, i + 3));
+  assert.equal(out, text);
+  assert.deepEqual(m.usage, { input: 3, output: 2, reasoning: 0 });
+  assert.ok(m.final && m.done);
+});
