@@ -10,6 +10,7 @@ import { Settler } from '../dist/ledger/settle.js';
 import { createAccount } from '../dist/store/accounts.js';
 import { createKey, keyByHash, revokeKey } from '../dist/store/keys.js';
 import { hashKey } from '../dist/store/ids.js';
+import { putCustomer, saveCard, putAutoTopup, claimCharge, chargeSucceeded } from '../dist/billing/store.js';
 
 const STORES = {
   async pglite(t) {
@@ -97,3 +98,24 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.ok(rev.version > record.version, 'a change bumps the version the caches follow');
   });
 }
+
+test('one dip under the auto top-up threshold is claimed for a charge once, however many instances see it (postgres)', async (t) => {
+  const fresh = await freshDatabase();
+  // Four instances: four pools on one database, as separate gateway processes would have.
+  const dbs = await Promise.all(Array.from({ length: 4 }, () => openPostgres(fresh.url, 4)));
+  t.after(async () => { await Promise.all(dbs.map((d) => d.close())); await fresh.drop(); });
+  const acct = await createAccount(dbs[0], 'dip@example.com');
+  await putCustomer(dbs[0], acct.id, 'stripe', 'cus_dip');
+  await saveCard(dbs[0], acct.id, 'stripe', 'cus_dip', 'pm_card_visa', new Date());
+  await putAutoTopup(dbs[0], acct.id, true, 5_000_000_000n, 20_000_000_000n);
+  const claimAll = () => Promise.all(Array.from({ length: 40 }, (_, i) => claimCharge(dbs[i % dbs.length], acct.id, 'stripe')));
+  const claims = (await claimAll()).filter(Boolean);
+  assert.equal(claims.length, 1, 'the balance (0) is under the threshold: exactly one claim');
+  assert.equal(claims[0].attempt, 1n);
+  assert.equal(claims[0].amount, 20_000_000_000n);
+  assert.equal((await claimAll()).filter(Boolean).length, 0, 'while that charge is in flight, no second one');
+  await chargeSucceeded(dbs[1], acct.id, 1n, 'pi_1');
+  const next = (await claimAll()).filter(Boolean);
+  assert.equal(next.length, 1, 'settled and still under the threshold: the next attempt, once');
+  assert.equal(next[0].attempt, 2n);
+});
