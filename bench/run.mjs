@@ -65,7 +65,7 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1) {
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', `bench@${name}.local`, '--credit', '1000000');
   const key = cli('key', 'create', '--account', acct.account_id, '--rpm', '1000000000', '--concurrency', '1000000').key;
-  return { name, kind: 'tollgate', workers, url: p.match[1], pid: p.pid, auth: { authorization: `Bearer ${key}` }, streamModel: 'sim-chat-stream' };
+  return { name, kind: 'tollgate', workers, url: p.match[1], pid: p.pid, log: p.log, auth: { authorization: `Bearer ${key}` }, streamModel: 'sim-chat-stream' };
 }
 
 async function litellm(simUrl, streamSimUrl) {
@@ -110,7 +110,18 @@ const headers = (c) => ({ ...c.auth, 'content-type': 'application/json' });
 const acArgs = (c, body) => ['-m', 'POST', ...Object.entries(headers(c)).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-b', body];
 
 /** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
+/** The warnings and errors in a contender's log (the last 100 KB the harness keeps), counted by message and cause. */
+function warnings(c) {
+  const counts = {};
+  for (const line of (c.log?.() ?? '').split('\n')) {
+    const m = /"level":"(?:warn|error)","msg":"([^"]+)"(?:.*?"error":"([^"]*)")?/.exec(line);
+    if (m) { const k = m[2] ? `${m[1]}: ${m[2]}` : m[1]; counts[k] = (counts[k] ?? 0) + 1; }
+  }
+  return counts;
+}
+
 async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid, probeOnlySecs = 0 }) {
+  const warned = warnings(c);
   const before = usage(pid);
   const stopRss = rssSampler(pid);
   const bal0 = c.kind === 'tollgate' ? await balance(c) : 0n;
@@ -131,6 +142,11 @@ async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = 
   out.error_rate = probeOnlySecs
     ? (pr.failed / Math.max(1, pr.ok + pr.failed))
     : out.requests ? (out.non2xx + out.errors + out.timeouts) / (out.requests + out.errors) : 1;
+  if (out.error_rate > 0 && c.log) {
+    // Failed requests: say why, as far as the gateway logged it.
+    out.gateway_warnings = Object.fromEntries(Object.entries(warnings(c)).map(([k, n]) => [k, n - (warned[k] ?? 0)]).filter(([, n]) => n > 0));
+    log(`${c.name} ${label}: gateway warnings ${JSON.stringify(out.gateway_warnings)}`);
+  }
   if (c.kind === 'tollgate' && unitCost !== undefined) {
     // Each instance mirrors the balance; another worker's debits reach it through the 400 ms change feed.
     await new Promise((r) => setTimeout(r, c.workers > 1 ? 1000 : 300));
