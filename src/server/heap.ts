@@ -1,7 +1,7 @@
 // Heap growth with many requests open. After a major GC, V8 lets the old generation grow to several
 // times its live size before the next one. With plain requests the live heap is small (15–20 MB) and
-// that slack costs little; with thousands of open streams it is 60–200 MB live, and the slack alone
-// was 200–300 MB of RSS. Past CAP_ABOVE live bytes, growth is capped at GROWTH_PERCENT; below
+// that slack costs little; with thousands of open streams it is 60–150 MB live, and the slack alone
+// was 150–300 MB of RSS at 9,900 streams. Past CAP_ABOVE live bytes, growth is capped at GROWTH_PERCENT; below
 // UNCAP_BELOW the choice goes back to V8. Measured both ways in docs/benchmarks.md.
 import v8 from 'node:v8';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
