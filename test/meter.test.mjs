@@ -97,6 +97,15 @@ test('whole unchanged events are forwarded as the very bytes that came in', () =
   assert.equal(m.push(half.subarray(10)).toString(), half.toString());
 });
 
+test('a read that ends in part of a character is not forwarded as it came: the character is sent once, whole', () => {
+  const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false });
+  const first = chunk({ content: 'a' });
+  const e = Buffer.from('é');
+  let out = m.push(Buffer.concat([Buffer.from(first), e.subarray(0, 1)])).toString();
+  out += m.push(Buffer.concat([e.subarray(1), Buffer.from('\n\n')])).toString();
+  assert.equal(out, `${first}é\n\n`);
+});
+
 test('the Responses meter splits on CRLF too and keeps characters cut between reads', () => {
   const ev = (type, body) => `event: ${type}\r\ndata: ${JSON.stringify({ type, ...body })}\r\n\r\n`;
   const text = ev('response.output_text.delta', { delta: 'é日' }) + ev('response.output_text.delta', { delta: 'b' })

@@ -53,7 +53,7 @@ export class SseMeter implements StreamMeter {
 
   push(chunk: Buffer): Buffer | string {
     const fresh = this.pending.length === 0 && this.aligned;
-    this.aligned = chunk.length > 0 && chunk[chunk.length - 1] === LF;
+    if (chunk.length > 0) this.aligned = chunk[chunk.length - 1] === LF;
     const text = this.pending + this.decoder.write(chunk);
     let out = '';
     let same = true;
@@ -66,7 +66,8 @@ export class SseMeter implements StreamMeter {
       start = end;
     }
     this.pending = start === 0 ? text : text.slice(start);
-    return fresh && same && this.pending.length === 0 ? chunk : out;
+    // The chunk itself only when nothing of it stays behind: no part of an event, no part of a character.
+    return fresh && same && this.pending.length === 0 && this.aligned ? chunk : out;
   }
 
   /** Tokens produced so far: reported running usage if any, else the counted deltas. */
