@@ -1,6 +1,5 @@
 // Meters an OpenAI Responses event stream passed through from an upstream that serves /v1/responses.
-import { StringDecoder } from 'node:string_decoder';
-import { eventEnd, readUsage, type StreamMeter, type StreamUsage } from './sse.js';
+import { SseEvents, readUsage, type StreamMeter, type StreamUsage } from './sse.js';
 
 // Events that carry produced output: the fallback count of output tokens when the stream is cut.
 const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta',
@@ -13,19 +12,16 @@ export class ResponsesSseMeter implements StreamMeter {
   final = false;
   done = false;
   private produced = 0;
-  private pending = '';
-  private readonly decoder = new StringDecoder('utf8');
+  private readonly events = new SseEvents();
 
   /** Feeds upstream bytes; returns them unchanged, whole events at a time. */
   push(chunk: Buffer): string {
-    const text = this.pending + this.decoder.write(chunk);
-    let start = 0;
-    for (let end = eventEnd(text, 0); end > 0; end = eventEnd(text, start)) {
-      this.event(text.slice(start, end));
-      start = end;
+    let out = '';
+    for (const raw of this.events.push(chunk)) {
+      this.event(raw);
+      out += raw;
     }
-    this.pending = text.slice(start);
-    return start === 0 ? '' : text.slice(0, start);
+    return out;
   }
 
   producedTokens(): number {

@@ -44,30 +44,21 @@ export class SseMeter implements StreamMeter {
   done = false;
   /** Chunks that carried generated text/arguments, per choice: the fallback count of produced tokens. */
   private produced = 0;
-  private pending = '';
-  private readonly decoder = new StringDecoder('utf8');
-  /** The previous chunk ended on a whole character (a line feed): nothing is held in the decoder. */
-  private aligned = true;
+  private readonly events = new SseEvents();
 
   constructor(private readonly opts: SseMeterOptions) {}
 
   push(chunk: Buffer): Buffer | string {
-    const fresh = this.pending.length === 0 && this.aligned;
-    if (chunk.length > 0) this.aligned = chunk[chunk.length - 1] === LF;
-    const text = this.pending + this.decoder.write(chunk);
+    const fresh = this.events.clear;
     let out = '';
     let same = true;
-    let start = 0;
-    for (let end = eventEnd(text, 0); end > 0; end = eventEnd(text, start)) {
-      const raw = text.slice(start, end);
+    for (const raw of this.events.push(chunk)) {
       const fwd = this.event(raw);
       if (fwd !== raw) same = false;
       out += fwd;
-      start = end;
     }
-    this.pending = start === 0 ? text : text.slice(start);
-    // The chunk itself only when nothing of it stays behind: no part of an event, no part of a character.
-    return fresh && same && this.pending.length === 0 && this.aligned ? chunk : out;
+    // The chunk itself when it held whole events, all unchanged, and nothing of it stays behind.
+    return fresh && same && this.events.clear ? chunk : out;
   }
 
   /** Tokens produced so far: reported running usage if any, else the counted deltas. */
@@ -124,8 +115,36 @@ export class SseMeter implements StreamMeter {
   }
 }
 
+/**
+ * Splits a byte stream into whole SSE events (each with its blank line, LF or CRLF), decoding UTF-8
+ * across reads so a character cut between two of them arrives whole.
+ */
+export class SseEvents {
+  private pending = '';
+  private readonly decoder = new StringDecoder('utf8');
+  /** The last read ended on a line feed: the decoder holds no part of a character. */
+  private aligned = true;
+
+  /** Nothing is held back: no part of an event, no part of a character. */
+  get clear(): boolean { return this.pending.length === 0 && this.aligned; }
+
+  /** Feeds one read; returns the events it completes, in order. */
+  push(chunk: Buffer): string[] {
+    if (chunk.length > 0) this.aligned = chunk[chunk.length - 1] === LF;
+    const text = this.pending + this.decoder.write(chunk);
+    const events: string[] = [];
+    let start = 0;
+    for (let end = eventEnd(text, 0); end > 0; end = eventEnd(text, start)) {
+      events.push(text.slice(start, end));
+      start = end;
+    }
+    this.pending = start === 0 ? text : text.slice(start);
+    return events;
+  }
+}
+
 /** The end (exclusive) of the first event from `from`: just past its blank line (LF LF or CRLF CRLF); -1 if none yet. */
-export function eventEnd(s: string, from: number): number {
+function eventEnd(s: string, from: number): number {
   for (let i = s.indexOf('\n', from); i >= 0; i = s.indexOf('\n', i + 1)) {
     const next = s.charCodeAt(i + 1);
     if (next === LF) return i + 2;
