@@ -109,7 +109,6 @@ const NO_LOAD = { '2xx': 0, non2xx: 0, errors: 0, timeouts: 0, requests: { total
 const headers = (c) => ({ ...c.auth, 'content-type': 'application/json' });
 const acArgs = (c, body) => ['-m', 'POST', ...Object.entries(headers(c)).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-b', body];
 
-/** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
 /** The warnings and errors in a contender's log (the last 100 KB the harness keeps), counted by message and cause. */
 function warnings(c) {
   const counts = {};
@@ -120,6 +119,7 @@ function warnings(c) {
   return counts;
 }
 
+/** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
 async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid, probeOnlySecs = 0 }) {
   const warned = warnings(c);
   const before = usage(pid);
