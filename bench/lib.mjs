@@ -81,6 +81,36 @@ export function usage(pid) {
   return { cpu, rss };
 }
 
+/** CPU seconds (user + system) of every process on the machine whose name is one of `names`, by name and pid. */
+export function cpuByName(names) {
+  const out = Object.fromEntries(names.map((n) => [n, new Map()]));
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      if (!(name in out)) continue;
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out[name].set(d, (Number(f[11]) + Number(f[12])) / CLK_TCK);
+    } catch { /* exited */ }
+  }
+  return out;
+}
+
+/** CPU seconds the processes of `name` used between two `cpuByName` readings (a process that exited in between is left out). */
+export function cpuDelta(before, after, name) {
+  let s = 0;
+  for (const [pid, cpu] of after[name]) s += cpu - (before[name].get(pid) ?? 0);
+  return s;
+}
+
+/** CPU seconds of this process's children that have exited and been reaped (autocannon, once it is done). */
+export function reapedChildrenCpu() {
+  const stat = readFileSync('/proc/self/stat', 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[13]) + Number(f[14])) / CLK_TCK;
+}
+
 /** Samples RSS every 100 ms until stopped; returns the peak. */
 export function rssSampler(pid) {
   let peak = usage(pid).rss;
@@ -88,10 +118,14 @@ export function rssSampler(pid) {
   return () => { clearInterval(t); return peak; };
 }
 
-/** Runs autocannon in its own process and returns its JSON result. */
+/**
+ * Runs autocannon in its own process and returns its JSON result. It samples every 50 ms (`-L`): a
+ * run ends on a sample tick, so at its default of 1 s the `duration` of a fixed-amount run is rounded
+ * up to the next whole second.
+ */
 export function autocannon(args) {
   return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [join(ROOT, 'node_modules/autocannon/autocannon.js'), '-j', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(process.execPath, [join(ROOT, 'node_modules/autocannon/autocannon.js'), '-j', '-L', '50', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     p.stdout.on('data', (d) => { out += d; });

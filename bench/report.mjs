@@ -32,4 +32,18 @@ for (const s of scenarios) {
       + ` | ${x.peak_rss_mb ? `${x.peak_rss_mb} MB` : '–'} | ${pct(x.error_rate)} | ${x.ledger ? (x.ledger.exact ? 'yes' : '**no**') : '–'} |`);
   }
 }
+// Where the machine's CPU went per request (results written before this field existed have none).
+const split = rows.filter((x) => x.cpu_us_per_req && /max qps|@2000/.test(x.scenario));
+if (split.length > 0) {
+  out.push('');
+  out.push('CPU per request by process, µs (Redis and PostgreSQL: every such process on the machine):');
+  out.push('');
+  out.push('| scenario | contender | achieved QPS | contender | sim | Redis | PostgreSQL | autocannon | sum |');
+  out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|');
+  for (const x of split) {
+    const c = x.cpu_us_per_req;
+    const sum = [c.contender, c.sim, c.redis, c.postgres, c.autocannon].reduce((a, v) => a + (v ?? 0), 0);
+    out.push(`| ${x.scenario} | ${x.contender} | ${x.qps} | ${c.contender ?? '–'} | ${c.sim ?? '–'} | ${c.redis ?? '–'} | ${c.postgres ?? '–'} | ${c.autocannon ?? '–'} | ${sum} |`);
+  }
+}
 console.log(out.join('\n'));

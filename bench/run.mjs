@@ -3,7 +3,7 @@ import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir, cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { ROOT, start, stop, usage, rssSampler, autocannon, probe, json } from './lib.mjs';
+import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, probe, json } from './lib.mjs';
 
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
@@ -13,8 +13,8 @@ const CLI = join(ROOT, 'dist/cli.js');
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const PLAN = QUICK
-  ? { seqSecs: 2, rates: [1000], rateSecs: 3, maxSecs: 3, streams: 500, streamRounds: 2, keySecs: 2 }
-  : { seqSecs: 5, rates: [1000, 2000, 5000], rateSecs: 10, maxSecs: 10, streams: 9900, streamRounds: 3, keySecs: 8 };
+  ? { seqSecs: 2, rates: [1000], rateSecs: 2, sizingSecs: 1, maxSecs: 2, streams: 500, streamRounds: 1, keySecs: 2 }
+  : { seqSecs: 5, rates: [1000, 2000, 5000], rateSecs: 10, sizingSecs: 2, maxSecs: 10, streams: 9900, streamRounds: 3, keySecs: 8 };
 const IN_PER_M = 300_000_000n; // $0.30 per 1M input tokens, in nanodollars
 const OUT_PER_M = 2_500_000_000n;
 const CHAT = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hello, how are you today?' }], max_tokens: 16 });
@@ -89,6 +89,14 @@ async function litellm(simUrl, streamSimUrl) {
   return { name: 'litellm', kind: 'litellm', url, pid: p.pid, auth: { authorization: 'Bearer sk-bench-master' }, streamModel: 'sim-chat-stream' };
 }
 
+/** The design's floor (bench/floor.mjs): the gateway's uWS front end and proxy adapter with nothing else on the path. */
+async function floor(name, simUrl, streamSimUrl, client) {
+  const p = await start(name, process.execPath, [join(ROOT, 'bench/floor.mjs'), simUrl, streamSimUrl],
+    { env: { FLOOR_CLIENT: client }, ready: /"base_url":"(http:[^"]+)"/ });
+  procs.push(p);
+  return { name, kind: 'floor', url: p.match[1], pid: p.pid, log: p.log, auth: {}, streamModel: 'sim-chat-stream' };
+}
+
 function direct(simUrl, streamSimUrl, pid, streamPid) {
   return { name: 'direct', kind: 'direct', url: simUrl, streamUrl: streamSimUrl, pid, streamPid, auth: {}, streamModel: 'sim-chat' };
 }
@@ -103,6 +111,13 @@ async function balance(c) {
  * cannot take hours.
  */
 const amount = (c, requests, secs) => (c.kind === 'litellm' ? ['-d', String(secs)] : ['-a', String(requests)]);
+
+/**
+ * Achieved requests per second: completed requests over the run's wall time. (autocannon's
+ * `requests.average` is the mean of whole one-second buckets, so a run of a fixed amount that ends
+ * in, say, 1.3 s reads as amount / 2.)
+ */
+const achievedQps = (ac) => (ac.duration ? Math.round(ac.requests.total / ac.duration) : 0);
 
 const NO_LOAD = { '2xx': 0, non2xx: 0, errors: 0, timeouts: 0, requests: { total: 0, average: 0 }, latency: { p50: null, p90: null, p99: null, max: null } };
 
@@ -120,9 +135,12 @@ function warnings(c) {
 }
 
 /** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
-async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid, probeOnlySecs = 0 }) {
+async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid, simPid, probeOnlySecs = 0 }) {
   const warned = warnings(c);
   const before = usage(pid);
+  const simBefore = simPid && simPid !== pid ? usage(simPid).cpu : null;
+  const shared0 = cpuByName(['redis-server', 'postgres']);
+  const load0 = reapedChildrenCpu();
   const stopRss = rssSampler(pid);
   const bal0 = c.kind === 'tollgate' ? await balance(c) : 0n;
   const stopProbe = probeBody ? probe(url, { headers: headers(c), body: probeBody, everyMs: probeOnlySecs ? 1 : 5 }) : null;
@@ -133,12 +151,22 @@ async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = 
   const pr = stopProbe ? await stopProbe() : null;
   const peak = stopRss();
   const after = usage(pid);
+  const shared1 = cpuByName(['redis-server', 'postgres']);
+  const load1 = reapedChildrenCpu();
+  const simAfter = simBefore === null ? null : usage(simPid).cpu;
   const n = ac['2xx'] + (pr?.ok ?? 0);
   const out = {
     contender: c.name, scenario: label, requests: ac.requests.total, ok2xx: ac['2xx'], non2xx: ac.non2xx, errors: ac.errors, timeouts: ac.timeouts,
-    qps: Math.round(ac.requests.average), latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
+    qps: achievedQps(ac), duration_s: ac.duration ?? null, latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
     probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
   };
+  // Where the machine's CPU went, per request: the contender, the sim serving it, every Redis and
+  // PostgreSQL process (only one contender runs load at a time; the idle ones' 400 ms change-feed polls
+  // are in it too), and autocannon itself.
+  const per = (s) => (n ? Math.round((s / n) * 1e6) : null);
+  out.cpu_us_per_req = { contender: per(after.cpu - before.cpu), sim: simBefore === null ? null : per(simAfter - simBefore),
+    redis: per(cpuDelta(shared0, shared1, 'redis-server')), postgres: per(cpuDelta(shared0, shared1, 'postgres')),
+    autocannon: probeOnlySecs ? null : per(load1 - load0) };
   out.error_rate = probeOnlySecs
     ? (pr.failed / Math.max(1, pr.ok + pr.failed))
     : out.requests ? (out.non2xx + out.errors + out.timeouts) / (out.requests + out.errors) : 1;
@@ -174,11 +202,16 @@ async function main() {
   const simA = await sim(0);
   const simB = await sim(1);
   const contenders = [direct(simA.url, simB.url, simA.pid, simB.pid)];
-  if (!only || only.includes('tollgate-embedded')) contenders.push(await tollgate('tollgate-embedded', simA.url, simB.url, false));
-  if (!only || only.includes('tollgate-pg-redis')) contenders.push(await tollgate('tollgate-pg-redis', simA.url, simB.url, true));
+  // The quick smoke check runs direct and the two Tollgate modes only, unless --only names others.
+  const want = (name, inQuick = false) => (only ? only.includes(name) : inQuick || !QUICK);
+  if (want('floor')) contenders.push(await floor('floor', simA.url, simB.url, 'http-proxy-3'));
+  // The floor with Node's http.request in place of http-proxy-3: the non-streaming chat scenarios only.
+  if (want('floor-http')) contenders.push(await floor('floor-http', simA.url, simB.url, 'http'));
+  if (want('tollgate-embedded', true)) contenders.push(await tollgate('tollgate-embedded', simA.url, simB.url, false));
+  if (want('tollgate-pg-redis', true)) contenders.push(await tollgate('tollgate-pg-redis', simA.url, simB.url, true));
   // The same, as two worker processes on one port (`workers: 2`): the non-streaming chat scenarios only.
-  if (!only || only.includes('tollgate-pg-redis-2w')) contenders.push(await tollgate('tollgate-pg-redis-2w', simA.url, simB.url, true, 2));
-  if (wantLitellm && (!only || only.includes('litellm'))) contenders.push(await litellm(simA.url, simB.url));
+  if (want('tollgate-pg-redis-2w')) contenders.push(await tollgate('tollgate-pg-redis-2w', simA.url, simB.url, true, 2));
+  if (wantLitellm && want('litellm')) contenders.push(await litellm(simA.url, simB.url));
   const active = contenders.filter((c) => !only || only.includes(c.name));
   const costs = new Map();
   for (const c of active) costs.set(c.name, await unitCosts(c));
@@ -188,33 +221,40 @@ async function main() {
   let flip = false;
   const each = async (fn) => { const order = flip ? [...active].reverse() : active; flip = !flip; for (const c of order) { const r = await fn(c); if (r) results.push(r); } };
   // warm-up so JIT and pools are in their steady state
-  await each((c) => measure(c, 'warmup', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, extra: ['-c', '50', ...amount(c, 3000, 5)] }));
+  await each((c) => measure(c, 'warmup', { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, extra: ['-c', '50', ...amount(c, 3000, 5)] }));
   // One request at a time, no other load: what the gateway adds when the machine is not busy.
-  await each((c) => measure(c, 'sequential, no load', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
+  await each((c) => measure(c, 'sequential, no load', { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
     probeBody: CHAT, probeOnlySecs: PLAN.seqSecs }));
   for (const rate of PLAN.rates) {
-    await each((c) => measure(c, `chat @${rate} qps`, { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
+    await each((c) => measure(c, `chat @${rate} qps`, { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
       extra: ['-c', '100', '-R', String(rate), ...amount(c, rate * PLAN.rateSecs, PLAN.rateSecs)] }));
   }
-  // A fixed amount (sized from the warm-up rate) rather than a duration, so no request is cut off at the end
-  // and every one billed is counted: the ledger check stays exact.
-  const warm = new Map(results.filter((r) => r.scenario === 'warmup').map((r) => [r.contender, r.qps]));
-  await each((c) => measure(c, 'chat max qps', { url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
-    extra: ['-c', '128', ...amount(c, Math.max(2000, Math.round((warm.get(c.name) ?? 1000) * 1.5 * PLAN.maxSecs)), PLAN.maxSecs)] }));
-  const chatOnly = (c) => c.name === 'tollgate-pg-redis-2w';
+  // A fixed amount rather than a duration, so no request is cut off at the end and every one billed is
+  // counted: the ledger check stays exact. An unmeasured run at full speed (PLAN.sizingSecs) sizes it to last about
+  // PLAN.maxSecs (and warm the contender up at this concurrency).
+  await each(async (c) => {
+    const url = `${c.url}/v1/chat/completions`;
+    const sizing = c.kind === 'litellm' ? null : await autocannon([...acArgs(c, CHAT), '-c', '128', '-d', String(PLAN.sizingSecs), url]);
+    await new Promise((r) => setTimeout(r, 500)); // the sizing run's last requests settle before the ledger is read
+    return measure(c, 'chat max qps', { simPid: simA.pid, url, body: CHAT, unitCost: costs.get(c.name).chat,
+      extra: ['-c', '128', ...amount(c, Math.max(2000, Math.round((sizing ? achievedQps(sizing) : 0) * PLAN.maxSecs)), PLAN.maxSecs)] });
+  });
+  const chatOnly = (c) => c.name === 'tollgate-pg-redis-2w' || c.name === 'floor-http';
   for (let round = 0; round < PLAN.streamRounds; round++) {
     await each((c) => {
       if (chatOnly(c)) return null;
+      // LiteLLM held none of the streams in any round of earlier runs (bench/results): one round says so.
+      if (c.kind === 'litellm' && round > 0) return null;
       const body = JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel });
-      return measure(c, `${PLAN.streams} streams`, { url: `${c.kind === 'direct' ? c.streamUrl : c.url}/v1/chat/completions`, body, unitCost: costs.get(c.name).stream,
+      return measure(c, `${PLAN.streams} streams`, { simPid: simB.pid, url: `${c.kind === 'direct' ? c.streamUrl : c.url}/v1/chat/completions`, body, unitCost: costs.get(c.name).stream,
         pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), ...amount(c, PLAN.streams * 2, 30), '-t', '60'] });
     });
   }
   const keyContenders = active.filter((c) => c.kind === 'tollgate' && !chatOnly(c));
   for (const c of keyContenders) {
     const ac = await autocannon([...Object.entries(c.auth).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-c', '64', '-d', String(PLAN.keySecs), `${c.url}/svc/v1/key`]);
-    results.push({ contender: c.name, scenario: 'GET /svc/v1/key max qps', qps: Math.round(ac.requests.average), latency_ms: { p50: ac.latency.p50, p99: ac.latency.p99 }, non2xx: ac.non2xx });
-    log(`${c.name.padEnd(18)} GET /svc/v1/key          ${Math.round(ac.requests.average)} req/s`);
+    results.push({ contender: c.name, scenario: 'GET /svc/v1/key max qps', qps: achievedQps(ac), latency_ms: { p50: ac.latency.p50, p99: ac.latency.p99 }, non2xx: ac.non2xx });
+    log(`${c.name.padEnd(18)} GET /svc/v1/key          ${achievedQps(ac)} req/s`);
   }
   const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19);
   const versions = { tollgate: JSON.parse(execFileSync('node', ['-p', 'JSON.stringify(require("./package.json").version)'], { cwd: ROOT }).toString()),
