@@ -78,6 +78,11 @@ export function renderError(err: GatewayError, family: Family, requestId: string
   return JSON.stringify(body);
 }
 
+/** The client left before its answer: nothing is sent and nothing billed (499 is never written, only logged). */
+export function clientClosed(): GatewayError {
+  return new GatewayError({ status: 499, code: 'client_closed', message: 'client closed the connection' });
+}
+
 export function internalError(): GatewayError {
   return new GatewayError({
     status: 500, code: 'internal_error', type: 'server_error',

@@ -81,6 +81,28 @@ test('streamed chat is billed for the prompt and produced tokens when the client
   await assertInvariants(assert, gw, account);
 });
 
+test('a client that leaves before a buffered reply is billed nothing and is not logged as an upstream fault', async (t) => {
+  const sim = await startSim();
+  t.after(() => sim.close());
+  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { base_url: sim.url } } });
+  const { key, account } = await gw.account('2');
+  const before = await balanceNano(gw, account);
+  const ctl = new AbortController();
+  // 60 tokens at 40 ms: the sim answers after 2.4 s; the client leaves after 300 ms.
+  const pending = post(gw, key, chatBody({ max_tokens: 60 }), { 'x-sim-token-delay-ms': '40' }, ctl.signal);
+  setTimeout(() => ctl.abort(), 300);
+  await assert.rejects(pending, { name: 'AbortError' });
+  // The gateway counts the request as closed by the client (499) once it has let go of it.
+  const closed = /^tollgate_requests_total\{route="chat.completions",status="499"\} 1$/m;
+  const deadline = Date.now() + 5000;
+  let m = '';
+  while (!closed.test(m = await (await gw.fetch('/metrics')).text()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  assert.match(m, closed);
+  assert.doesNotMatch(gw.output.stdout + gw.output.stderr, /upstream unreachable/, 'our own abort is not an upstream fault');
+  assert.equal(await balanceNano(gw, account), before);
+  await assertInvariants(assert, gw, account);
+});
+
 test('a dropped stream is billed from running usage when the upstream reports it (vLLM continuous_usage_stats)', async (t) => {
   const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { sim: { token_delay_ms: 30 } } } });
   const { key, account } = await gw.account('2');

@@ -3,7 +3,7 @@ import http from 'node:http';
 import { EventEmitter } from 'node:events';
 import type { Stream } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
-import { GatewayError } from '../errors.js';
+import { GatewayError, clientClosed } from '../errors.js';
 import type { UpstreamConfig } from '../config.js';
 import { log } from '../server/log.js';
 
@@ -90,6 +90,7 @@ export class Upstreams {
     const req = new AdaptedRequest(method, path, headers);
     const res = new AdaptedResponse();
     let timedOut = false;
+    let clientGone = false;
     let timer: NodeJS.Timeout | undefined;
     const abort = () => { if (!res.writableFinished) res.emit('close'); };
     const response = new Promise<http.IncomingMessage>((resolve, reject) => {
@@ -103,12 +104,14 @@ export class Upstreams {
         changeOrigin: true, agent: this.agent(name),
       }, (err: Error) => {
         clearTimeout(timer);
+        // Our own abort destroys the upstream request, which ends here too: that is neither the host's fault nor news.
+        if (clientGone) { reject(clientClosed()); return; }
         if (!timedOut) log('warn', 'upstream unreachable', { request_id: requestId, upstream: name, error: (err as { code?: string }).code ?? err.message });
         reject(timedOut ? upstreamTimeout(cfg.timeoutMs) : upstreamUnavailable(err));
       });
     });
     response.catch(() => undefined);
-    return { response, abort: () => { clearTimeout(timer); abort(); } };
+    return { response, abort: () => { clientGone = true; clearTimeout(timer); abort(); } };
   }
 
   close(): void {

@@ -1,5 +1,5 @@
 // Reads a request body from uWS into one Buffer, refusing it with 413 past the route's limit.
-import { GatewayError } from '../errors.js';
+import { GatewayError, clientClosed } from '../errors.js';
 import type { Ctx } from './context.js';
 
 export function tooLarge(limit: number): GatewayError {
@@ -17,7 +17,7 @@ export function readBody(ctx: Ctx, limit: number): Promise<Buffer> {
     const parts: Buffer[] = [];
     let size = 0;
     let failed = false;
-    ctx.onAbort(() => reject(new GatewayError({ status: 499, code: 'client_closed', message: 'client closed the connection' })));
+    ctx.onAbort(() => reject(clientClosed()));
     ctx.res.onData((chunk, isLast) => {
       if (failed) return;
       size += chunk.byteLength;
