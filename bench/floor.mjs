@@ -11,6 +11,7 @@ import { Ctx } from '../dist/server/context.js';
 import { readBody } from '../dist/server/body.js';
 import { Upstreams } from '../dist/proxy/upstream.js';
 import { collect } from '../dist/families/upstream-io.js';
+import { boundHeapGrowth } from '../dist/server/heap.js';
 
 const [target, streamTarget = target] = process.argv.slice(2);
 if (!target) { console.error('usage: node bench/floor.mjs UPSTREAM_URL [STREAM_UPSTREAM_URL]'); process.exit(2); }
@@ -60,6 +61,9 @@ async function forward(ctx, body) {
 function renamed(body) {
   return Buffer.from(body.toString().replace('"sim-chat-stream"', '"sim-chat"'));
 }
+
+// The same heap policy as `serve` (src/server/heap.ts), so memory under many streams compares like for like.
+if (process.env.FLOOR_HEAP !== 'off') boundHeapGrowth();
 
 const app = uWS.App();
 app.any('/*', (res, req) => {
