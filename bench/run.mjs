@@ -3,6 +3,7 @@ import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir, cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { execFileSync } from 'node:child_process';
+import { createServer } from 'node:net';
 import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, probe, json } from './lib.mjs';
 
 const args = process.argv.slice(2);
@@ -68,6 +69,15 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1) {
   return { name, kind: 'tollgate', workers, url: p.match[1], pid: p.pid, log: p.log, auth: { authorization: `Bearer ${key}` }, streamModel: 'sim-chat-stream' };
 }
 
+/** A port nothing listens on now (a fixed guess can land on an ephemeral port in use: LiteLLM then exits with 3). */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+  });
+}
+
 async function litellm(simUrl, streamSimUrl) {
   const dir = join(work, 'litellm');
   mkdirSync(dir, { recursive: true });
@@ -80,7 +90,7 @@ async function litellm(simUrl, streamSimUrl) {
     'litellm_settings:', '  telemetry: false', '  drop_params: false',
   ].join('\n'));
   const bin = join(ROOT, 'bench/.venv-litellm/bin/litellm');
-  const url = `http://127.0.0.1:${40000 + (process.pid % 20000)}`;
+  const url = `http://127.0.0.1:${await freePort()}`;
   // LITELLM_LOCAL_MODEL_COST_MAP: use the cost map shipped in the package instead of fetching it.
   const p = await start('litellm', bin, ['--config', cfg, '--host', '127.0.0.1', '--port', url.split(':')[2], '--num_workers', '1'],
     { env: { LITELLM_LOG: 'ERROR', LITELLM_TELEMETRY: 'False', DISABLE_SCHEMA_UPDATE: 'true', LITELLM_LOCAL_MODEL_COST_MAP: 'True' },
