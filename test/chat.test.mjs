@@ -95,8 +95,12 @@ test('a client that leaves before a buffered reply is billed nothing and is not 
   // The gateway counts the request as closed by the client (499) once it has let go of it.
   const closed = /^tollgate_requests_total\{route="chat.completions",status="499"\} 1$/m;
   const deadline = Date.now() + 5000;
-  let m = '';
-  while (!closed.test(m = await (await gw.fetch('/metrics')).text()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const metrics = async () => (await gw.fetch('/metrics')).text();
+  let m = await metrics();
+  while (!closed.test(m) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    m = await metrics();
+  }
   assert.match(m, closed);
   assert.doesNotMatch(gw.output.stdout + gw.output.stderr, /upstream unreachable/, 'our own abort is not an upstream fault');
   assert.equal(await balanceNano(gw, account), before);
