@@ -9,7 +9,7 @@ import http from 'node:http';
 import uWS from '@trufflesuite/uws-js-unofficial';
 import { Ctx } from '../dist/server/context.js';
 import { readBody } from '../dist/server/body.js';
-import { Upstreams } from '../dist/proxy/upstream.js';
+import { Upstreams, HOP_BY_HOP } from '../dist/proxy/upstream.js';
 import { collect } from '../dist/families/upstream-io.js';
 import { boundHeapGrowth } from '../dist/server/heap.js';
 
@@ -20,9 +20,8 @@ const upstreams = new Upstreams(new Map([upstream('chat', target), upstream('str
 const PLAIN = process.env.FLOOR_CLIENT === 'http';
 const agent = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' });
 const urls = { chat: new URL(target), stream: new URL(streamTarget) };
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'host', 'content-length', 'authorization']);
 
-/** The same call as `Upstreams.call`, on `http.request` directly. */
+/** The same call as `Upstreams.call` (the same headers dropped), on `http.request` directly. */
 function plainCall(name, method, path, clientHeaders, body) {
   const headers = {};
   for (const k in clientHeaders) if (!HOP_BY_HOP.has(k)) headers[k] = clientHeaders[k];

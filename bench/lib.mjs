@@ -49,13 +49,21 @@ export async function stop(p) {
   try { process.kill(-p.pid, 'SIGKILL'); } catch { /* gone */ }
 }
 
+/** /proc/<pid>/stat: the command name, and the fields after it (`f[0]` is proc(5)'s field 3, the state). */
+function procStat(pid) {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), f: stat.slice(stat.lastIndexOf(')') + 2).split(' ') };
+}
+
+/** User + system CPU seconds from those fields (utime, stime). */
+const cpuSeconds = (f) => (Number(f[11]) + Number(f[12])) / CLK_TCK;
+
 function tree(pid) {
   const kids = new Map();
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const ppid = Number(procStat(d).f[1]);
       if (!kids.has(ppid)) kids.set(ppid, []);
       kids.get(ppid).push(Number(d));
     } catch { /* raced */ }
@@ -71,9 +79,7 @@ export function usage(pid) {
   let rss = 0;
   for (const p of tree(pid)) {
     try {
-      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      cpu += (Number(f[11]) + Number(f[12])) / CLK_TCK;
+      cpu += cpuSeconds(procStat(p).f);
       const st = readFileSync(`/proc/${p}/status`, 'utf8');
       rss += Number(/VmRSS:\s+(\d+)/.exec(st)?.[1] ?? 0) * 1024;
     } catch { /* exited */ }
@@ -87,11 +93,8 @@ export function cpuByName(names) {
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      if (!(name in out)) continue;
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      out[name].set(d, (Number(f[11]) + Number(f[12])) / CLK_TCK);
+      const { name, f } = procStat(d);
+      if (name in out) out[name].set(d, cpuSeconds(f));
     } catch { /* exited */ }
   }
   return out;
@@ -106,8 +109,7 @@ export function cpuDelta(before, after, name) {
 
 /** CPU seconds of this process's children that have exited and been reaped (autocannon, once it is done). */
 export function reapedChildrenCpu() {
-  const stat = readFileSync('/proc/self/stat', 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const { f } = procStat('self');
   return (Number(f[13]) + Number(f[14])) / CLK_TCK;
 }
 

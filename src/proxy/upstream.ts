@@ -40,7 +40,8 @@ export interface UpstreamCall {
   abort(): void;
 }
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'proxy-connection', 'te', 'trailer',
+/** Client headers not sent upstream: hop-by-hop ones, the client's credentials, and what we set ourselves. */
+export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'proxy-connection', 'te', 'trailer',
   'host', 'content-length', 'authorization', 'xi-api-key', 'cookie', 'accept-encoding', 'x-forwarded-for']);
 
 export class Upstreams {
