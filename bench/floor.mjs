@@ -10,7 +10,7 @@ import uWS from '@trufflesuite/uws-js-unofficial';
 import { Ctx } from '../dist/server/context.js';
 import { readBody } from '../dist/server/body.js';
 import { Upstreams, HOP_BY_HOP } from '../dist/proxy/upstream.js';
-import { collect } from '../dist/families/upstream-io.js';
+import { collect } from '../dist/proxy/upstream.js';
 import { boundHeapGrowth } from '../dist/server/heap.js';
 
 const [target, streamTarget = target] = process.argv.slice(2);

@@ -3,8 +3,10 @@
 import { resolve } from 'node:path';
 import { embeddedConfig, loadConfigFile, splitHostPort, ConfigError, type Config } from './config.js';
 import { Gateway, baseUrlOf } from './server/app.js';
+import { openServices, closeServices } from './services.js';
+import { mounts, fallbackFamily } from './routes.js';
 import { startAdminSocket, callAdmin } from './server/admin.js';
-import { log, setRequestLogging } from './server/log.js';
+import { log, setRequestLogging } from './observe/log.js';
 import { isWorker, reportReady, startWorkers, workerPort } from './server/workers.js';
 import { boundHeapGrowth } from './server/heap.js';
 import { lockDataDir, DataDirBusy } from './store/lock.js';
@@ -62,10 +64,10 @@ async function serve(flags: OpArgs): Promise<void> {
   if (config.workers > 1 && !isWorker()) return servePrimary(config);
   if (isWorker()) config = Object.freeze({ ...config, listen: { ...config.listen, port: workerPort() } });
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
-  const gw = new Gateway(config, { dataDir: dir });
-  await gw.start();
+  const s = await openServices(config, dir);
+  const gw = new Gateway(s, mounts(s), fallbackFamily);
+  await gw.listen();
   const heap = boundHeapGrowth();
-  const s = gw.services;
   const deps = { db: s.db, settler: s.settler, onKey: (k: Parameters<typeof s.cache.putKey>[0]) => s.cache.putKey(k) };
   const admin = s.db.kind === 'pglite' ? await startAdminSocket(dir, deps) : null;
   const base = gw.baseUrl;
@@ -93,6 +95,7 @@ async function serve(flags: OpArgs): Promise<void> {
     log('info', 'draining', { signal });
     admin?.close();
     await gw.stop();
+    await closeServices(s);
     heap?.stop();
     unlock();
   });

@@ -4,9 +4,14 @@ import { randomBytes } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { dollarsToNano, type Nanodollars } from './ledger/money.js';
+import type { UnitPrices } from './ledger/pricing.js';
 
 const Dollars = Type.Union([Type.String({ pattern: '^\\d+(\\.\\d{1,9})?$' }), Type.Number({ minimum: 0 })]);
 const EnvName = Type.String({ pattern: '^[A-Z_][A-Z0-9_]*$', description: 'name of an environment variable' });
+
+/** chat and embedding are text; tts, stt and sts are speech; realtime is a speech session. */
+export const MODEL_KINDS = ['chat', 'embedding', 'tts', 'stt', 'sts', 'realtime'] as const;
+export type ModelKind = typeof MODEL_KINDS[number];
 
 const Upstream = Type.Object({
   base_url: Type.Optional(Type.String({ pattern: '^https?://' })),
@@ -22,11 +27,16 @@ const Model = Type.Object({
   upstream: Type.String({ minLength: 1 }),
   upstream_model: Type.Optional(Type.String({ minLength: 1 })),
   aliases: Type.Array(Type.String({ minLength: 1 }), { default: [] }),
-  kind: Type.Union([Type.Literal('chat'), Type.Literal('embedding')]),
+  kind: Type.Union(MODEL_KINDS.map((k) => Type.Literal(k))),
   description: Type.Optional(Type.String()),
   simulated: Type.Boolean({ default: false }),
-  input_per_mtok: Dollars,
-  output_per_mtok: Dollars,
+  input_per_mtok: Type.Optional(Dollars),
+  output_per_mtok: Type.Optional(Dollars),
+  per_mchar: Type.Optional(Dollars),
+  audio_in_per_minute: Type.Optional(Dollars),
+  audio_in_per_second: Type.Optional(Dollars),
+  audio_out_per_minute: Type.Optional(Dollars),
+  audio_out_per_second: Type.Optional(Dollars),
   max_output_tokens: Type.Integer({ minimum: 1, default: 8192 }),
 }, { additionalProperties: false });
 
@@ -66,11 +76,10 @@ export interface ModelConfig {
   upstream: string;
   upstreamModel: string;
   aliases: string[];
-  kind: 'chat' | 'embedding';
+  kind: ModelKind;
   description: string | undefined;
   simulated: boolean;
-  inputPerMTok: Nanodollars;
-  outputPerMTok: Nanodollars;
+  prices: UnitPrices;
   maxOutputTokens: number;
 }
 
@@ -169,8 +178,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     }
     return {
       id: m.id, upstream: m.upstream, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
-      description: m.description, simulated: m.simulated,
-      inputPerMTok: dollarsToNano(m.input_per_mtok), outputPerMTok: dollarsToNano(m.output_per_mtok),
+      description: m.description, simulated: m.simulated, prices: unitPrices(m, i, fail),
       maxOutputTokens: m.max_output_tokens,
     };
   });
@@ -212,6 +220,36 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     embedded,
   };
   return deepFreeze(config);
+}
+
+/** A model's unit prices; audio may be priced per minute or per second (not both), stored per minute. */
+function unitPrices(m: RawConfig['models'][number], i: number, fail: (field: string, msg: string) => never): UnitPrices {
+  const d = (v: string | number | undefined) => (v === undefined ? 0n : dollarsToNano(v));
+  const audio = (dir: 'in' | 'out') => {
+    const perMinute = m[`audio_${dir}_per_minute`];
+    const perSecond = m[`audio_${dir}_per_second`];
+    if (perMinute !== undefined && perSecond !== undefined) fail(`/models/${i}/audio_${dir}_per_second`, `set audio_${dir}_per_minute or audio_${dir}_per_second, not both`);
+    return perSecond !== undefined ? d(perSecond) * 60n : d(perMinute);
+  };
+  const p: UnitPrices = {
+    inputPerMTok: d(m.input_per_mtok), outputPerMTok: d(m.output_per_mtok), perMChar: d(m.per_mchar),
+    audioInPerMinute: audio('in'), audioOutPerMinute: audio('out'),
+  };
+  // A model must price the unit its kind is billed by, or every request would be free by mistake.
+  const needs: Record<ModelKind, [keyof UnitPrices, string][]> = {
+    chat: [['inputPerMTok', 'input_per_mtok'], ['outputPerMTok', 'output_per_mtok']],
+    embedding: [['inputPerMTok', 'input_per_mtok']],
+    tts: [['perMChar', 'per_mchar']],
+    stt: [['audioInPerMinute', 'audio_in_per_minute']],
+    sts: [['audioInPerMinute', 'audio_in_per_minute']],
+    realtime: [['audioInPerMinute', 'audio_in_per_minute'], ['inputPerMTok', 'input_per_mtok'], ['outputPerMTok', 'output_per_mtok']],
+  };
+  const raw = m as Record<string, unknown>;
+  for (const [field, name] of needs[m.kind]) {
+    const given = raw[name] !== undefined || (field === 'audioInPerMinute' && raw.audio_in_per_second !== undefined);
+    if (!given) fail(`/models/${i}/${name}`, `a ${m.kind} model needs ${name}${field === 'audioInPerMinute' ? ' (or audio_in_per_second)' : ''} (use "0" to make it free)`);
+  }
+  return p;
 }
 
 export function splitHostPort(text: string): [string, number] {

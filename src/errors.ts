@@ -1,6 +1,25 @@
-// The one error type every stage throws, and each family's envelope rendered in exactly one place.
+// The one error type every stage throws, the catalog of its codes, and the renderer each family provides for its envelope.
 
-export type Family = 'alpha' | 'beta' | 'svc';
+/** Every error code a client can see (the `code` of the envelope); a new one is added here first. */
+export type ErrorCode =
+  // the request
+  | 'invalid_json' | 'validation_error' | 'unsupported_parameter' | 'request_too_large' | 'not_found' | 'method_not_allowed'
+  | 'model_not_found'
+  // the key
+  | 'invalid_api_key' | 'insufficient_scope'
+  // admission
+  | 'insufficient_balance' | 'key_spend_limit_reached' | 'rate_limit_exceeded' | 'concurrency_limit_exceeded'
+  // the upstream
+  | 'upstream_invalid_request' | 'upstream_error' | 'upstream_unavailable' | 'upstream_timeout' | 'upstream_malformed_response'
+  // payments
+  | 'payment_provider_error' | 'invalid_signature' | 'invalid_event'
+  // the gateway
+  | 'shutting_down' | 'internal_error' | 'client_closed';
+
+/** Renders an error into the body its clients expect: each family has one, used in exactly one place (the response). */
+export interface ErrorRenderer {
+  render(err: GatewayError, requestId: string): string;
+}
 
 export interface ValidationDetail {
   loc: (string | number)[];
@@ -10,7 +29,7 @@ export interface ValidationDetail {
 
 export interface GatewayErrorInit {
   status: number;
-  code: string;
+  code: ErrorCode;
   message: string;
   type?: string;
   param?: string | null;
@@ -21,7 +40,7 @@ export interface GatewayErrorInit {
 
 export class GatewayError extends Error {
   readonly status: number;
-  readonly code: string;
+  readonly code: ErrorCode;
   readonly type: string;
   readonly param: string | null;
   readonly retryable: boolean;
@@ -60,22 +79,6 @@ export const STATUS_TEXT: Record<number, string> = {
 
 export function statusLine(status: number): string {
   return STATUS_TEXT[status] ?? `${status} Status`;
-}
-
-/** Renders an error as the body its family's clients expect. */
-export function renderError(err: GatewayError, family: Family, requestId: string): string {
-  if (family === 'beta') {
-    // ElevenLabs clients read FastAPI-style bodies; 422 carries the validation list as `detail`.
-    if (err.status === 422 && err.detail) return JSON.stringify({ detail: err.detail });
-    return JSON.stringify({
-      detail: { status: err.code, code: err.code, type: err.type, message: err.message, request_id: requestId },
-    });
-  }
-  const body: Record<string, unknown> = {
-    error: { message: err.message, type: err.type, param: err.param, code: err.code },
-  };
-  if (err.detail) body.detail = err.detail;
-  return JSON.stringify(body);
 }
 
 /** The client left before its answer: nothing is sent and nothing billed (499 is never written, only logged). */

@@ -1,25 +1,41 @@
-// The limiter contract, on both limiters: holds count against the balance until released, and many
-// releases in one event-loop turn (a group commit settling tens of requests) all land.
+// The limiter contract, on both limiters: holds and pending debits count against the balance until
+// released or committed, the newest committed balance wins across instances, and nothing durable is
+// lost when an owner dies (Redis: another instance takes over; in process: the journal replays).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { MemoryLimiter } from '../dist/gate/limits/memory.js';
-import { RedisLimiter } from '../dist/gate/limits/redis.js';
+import { RedisLimiter, DEAD_AFTER_MS } from '../dist/gate/limits/redis.js';
+import { DebitJournal } from '../dist/ledger/journal.js';
 import { clearRedisPrefix } from './helpers/gateway.mjs';
 
 const REDIS = process.env.TOLLGATE_TEST_REDIS ?? 'redis://127.0.0.1:6379';
 
-async function limiters(t) {
-  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+async function redisLimiter(t, prefix = `tgtest:${randomBytes(5).toString('hex')}:`) {
   const redis = new RedisLimiter(REDIS, prefix);
   await redis.ready();
-  t.after(async () => { await redis.close(); await clearRedisPrefix(prefix); });
-  return [new MemoryLimiter(), redis];
+  t.after(async () => { await redis.close().catch(() => undefined); await clearRedisPrefix(prefix); });
+  return redis;
 }
 
-const admit = (l, accountId, requestId, hold, balance) => l.admit({
-  requestId, accountId, keyId: `key_${accountId}`, rpm: 1_000_000, concurrency: 1_000, hold, balance,
-  ceiling: null, periodSpent: 0n, ttlMs: 60_000,
+async function limiters(t) {
+  return [new MemoryLimiter(), await redisLimiter(t)];
+}
+
+const NOW = new Date().toISOString().slice(0, 7) + '-01';
+
+const admit = (l, accountId, holdId, hold, balance, o = {}) => l.admit({
+  holdId, accountId, keyId: o.keyId ?? `key_${accountId}`, rpm: 1_000_000, concurrency: o.concurrency ?? 1_000, money: o.money ?? true, hold,
+  balance: { amount: balance, version: o.version ?? 1n }, ceiling: o.ceiling ?? null,
+  spent: { period: 'month', start: NOW, amount: o.spent ?? 0n, version: o.spentVersion ?? 1n }, ttlMs: 60_000,
+});
+
+const debit = (accountId, id, amount, keyId = `key_${accountId}`) => ({
+  id, accountId, keyId, amount,
+  entry: JSON.stringify({ idemKey: id, nonce: 'n', accountId, keyId, kind: 'debit', amount: String(amount), reason: 'test', at: new Date().toISOString() }),
 });
 
 test('holds take the balance until released, and a turn of releases over two accounts frees all of it', async (t) => {
@@ -48,4 +64,101 @@ test('releasing a hold twice, or one that never existed, takes nothing off the o
     assert.equal((await admit(l, 'c', 'c3', 1_000n, 3_000n)).ok, true, `${l.kind}: the released 1,000 is free`);
     assert.equal((await admit(l, 'c', 'c4', 1_000n, 3_000n)).ok, false, `${l.kind}: nothing more than that was freed`);
   }
+});
+
+test('a settled debit counts against the balance at its actual amount until it is committed, then the committed balance does', async (t) => {
+  for (const l of await limiters(t)) {
+    // Balance 3,000: a 2,500 hold settles at 2,000 actual; 1,000 is left while the debit is pending.
+    assert.equal((await admit(l, 'd', 'd0', 2_500n, 3_000n)).ok, true);
+    await l.settle('d0', debit('d', 'd0', 2_000n), true);
+    assert.equal(await l.openHolds('d'), 0, `${l.kind}: the hold is gone once settled`);
+    assert.equal((await admit(l, 'd', 'd1', 999n, 3_000n)).ok, true, `${l.kind}: 1,000 is free while 2,000 is pending`);
+    await l.release('d', 'd1');
+    assert.equal((await admit(l, 'd', 'd2', 1n, 3_000n, { money: true })).ok, true);
+    await l.release('d', 'd2');
+    // With 1,000 of headroom, an instance that still believes the old balance of 3,000 is refused once
+    // 1,000 more is held.
+    assert.equal((await admit(l, 'd', 'd3', 1_000n, 3_000n)).ok, true);
+    assert.equal((await admit(l, 'd', 'd4', 1n, 3_000n)).ok, false, `${l.kind}: pending + held use the balance up`);
+    await l.release('d', 'd3');
+    // Committed: the ledger's balance (1,000, version 2) replaces the pending 2,000.
+    await l.committed('d', ['d0'], { balance: { amount: 1_000n, version: 2n }, spends: [] });
+    assert.equal((await admit(l, 'd', 'd5', 1_000n, 3_000n, { version: 1n })).ok, true, `${l.kind}: the committed balance is read, not the stale one`);
+    assert.equal((await admit(l, 'd', 'd6', 1n, 3_000n, { version: 1n })).ok, false, `${l.kind}: and it is 1,000, all held now`);
+  }
+});
+
+test('the key ceiling counts pending debits and takes the newest committed spend', async (t) => {
+  for (const l of await limiters(t)) {
+    const o = { ceiling: 5_000n, spent: 1_000n };
+    assert.equal((await admit(l, 'e', 'e0', 1_000n, 1_000_000n, o)).ok, true);
+    await l.settle('e0', debit('e', 'e0', 3_000n), true);
+    assert.equal((await admit(l, 'e', 'e1', 1n, 1_000_000n, o)).ok, true, `${l.kind}: 1,000 spent + 3,000 pending < 5,000`);
+    await l.release('e', 'e1');
+    await l.committed('e', ['e0'], { balance: null, spends: [{ keyId: 'key_e', period: 'month', start: NOW, spent: 5_000n, version: 9n }] });
+    assert.deepEqual(await admit(l, 'e', 'e2', 1n, 1_000_000n, o), { ok: false, reason: 'key_spend_limit_reached' },
+      `${l.kind}: the committed spend (5,000) wins over the caller's stale 1,000`);
+  }
+});
+
+test('unbilled requests take rpm and a concurrency slot but skip balance and ceiling', async (t) => {
+  for (const l of await limiters(t)) {
+    assert.equal((await admit(l, 'f', 'f0', 0n, 0n, { money: false, concurrency: 1 })).ok, true, `${l.kind}: no balance needed`);
+    const second = await admit(l, 'f', 'f1', 0n, 0n, { money: false, concurrency: 1 });
+    assert.equal(second.ok, false);
+    assert.equal(second.reason, 'concurrency_limit_exceeded', `${l.kind}: the slot is taken`);
+    await l.release('f', 'f0');
+    assert.equal((await admit(l, 'f', 'f2', 0n, 0n, { money: false, concurrency: 1 })).ok, true);
+  }
+});
+
+test('a Redis owner that stops beating is taken over: its holds freed, its pending and running debits handed on once', { timeout: 30_000 }, async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const a = await redisLimiter(t, prefix);
+  const b = await redisLimiter(t, prefix);
+  assert.equal((await admit(a, 'g', 'g0', 5_000n, 100_000n)).ok, true);
+  await a.settle('g0', debit('g', 'g0', 1_234n), true);         // priced, not committed
+  assert.equal((await admit(a, 'g', 'g1', 5_000n, 100_000n)).ok, true);
+  a.progress('g1', debit('g', 'g1', 777n));                       // a stream mid-flight
+  assert.equal((await admit(a, 'g', 'g2', 5_000n, 100_000n)).ok, true); // no output yet
+  await new Promise((r) => setTimeout(r, 50));
+  await a.close(false); // dies: no more heartbeats, nothing cleaned up
+  assert.deepEqual(await b.claimOrphans(), [], 'a live-looking owner is left alone');
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  assert.deepEqual(got.map((d) => [d.id, d.amount]).sort(), [['g0', 1_234n], ['g1', 777n]]);
+  assert.equal(await b.openHolds('g'), 0, 'the dead owner\'s holds are freed');
+  assert.deepEqual(await b.claimOrphans(), [], 'each is handed on once');
+  // Until committed they still count: 100,000 - 1,234 - 777 = 97,989 is the headroom.
+  assert.equal((await admit(b, 'g', 'g3', 97_989n, 100_000n)).ok, true);
+  assert.equal((await admit(b, 'g', 'g4', 1n, 100_000n)).ok, false);
+  await b.release('g', 'g3');
+  await b.committed('g', ['g0', 'g1'], { balance: { amount: 97_989n, version: 5n }, spends: [] });
+  assert.equal((await admit(b, 'g', 'g5', 97_988n, 100_000n, { version: 1n })).ok, true, 'committed: the ledger balance applies');
+});
+
+test('the in-process journal hands a crashed run\'s uncommitted debits to the next run, once', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tg-journal-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'run', 'debits.journal');
+  const one = new MemoryLimiter(new DebitJournal(path));
+  for (const id of ['h0', 'h1', 'h2']) {
+    assert.equal((await admit(one, 'h', id, 5_000n, 100_000n)).ok, true);
+    await one.settle(id, debit('h', id, 100n), true);
+  }
+  await one.committed('h', ['h1'], { balance: null, spends: [] });
+  assert.equal((await admit(one, 'h', 'h3', 5_000n, 100_000n)).ok, true);
+  one.progress('h3', debit('h', 'h3', 50n));
+  assert.equal((await admit(one, 'h', 'h4', 5_000n, 100_000n)).ok, true);
+  one.progress('h4', debit('h', 'h4', 60n));
+  await one.release('h', 'h4'); // released after a progress record: nothing to bill
+  // "crash": a new process opens the same journal without closing the first
+  const two = new MemoryLimiter(new DebitJournal(path));
+  const left = await two.claimOrphans();
+  assert.deepEqual(left.map((d) => [d.id, d.amount]).sort(), [['h0', 100n], ['h2', 100n], ['h3', 50n]]);
+  assert.deepEqual(await two.claimOrphans(), [], 'once per run');
+  await two.committed('h', left.map((d) => d.id), { balance: null, spends: [] });
+  const three = new MemoryLimiter(new DebitJournal(path));
+  assert.deepEqual(await three.claimOrphans(), [], 'committed debits are not replayed again');
 });

@@ -24,7 +24,7 @@ function run(text, opts, cut) {
   const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false, ...opts });
   const bytes = Buffer.from(text);
   let out = '';
-  for (let i = 0; i < bytes.length; i += cut) out += m.push(bytes.subarray(i, i + cut)).toString();
+  for (let i = 0; i < bytes.length; i += cut) out += m.onData(bytes.subarray(i, i + cut)).toString();
   return { m, out };
 }
 
@@ -33,7 +33,7 @@ test('a stream cut into reads of any size is forwarded byte for byte and counted
     const { m, out } = run(STREAM, {}, cut);
     assert.equal(out, STREAM, `cut ${cut}`);
     assert.equal(m.producedTokens(), 4, `cut ${cut}`);
-    assert.deepEqual(m.usage, { input: 7, output: 4, reasoning: 0 });
+    assert.deepEqual(m.reported, { input: 7, output: 4, reasoning: 0 });
     assert.ok(m.final && m.done);
   }
 });
@@ -51,9 +51,9 @@ test('CRLF event endings are split, metered and forwarded as they came', () => {
 test('the usage chunk the client did not ask for is dropped, and text that looks like usage is not usage', () => {
   const { m, out } = run(STREAM, { stripUsageChunk: true }, 100_000);
   assert.equal(out, STREAM.replace(final, ''));
-  assert.deepEqual(m.usage, { input: 7, output: 4, reasoning: 0 });
+  assert.deepEqual(m.reported, { input: 7, output: 4, reasoning: 0 });
   const cut = run(STREAM.slice(0, STREAM.indexOf(final)), {}, 9).m; // dropped before the usage chunk
-  assert.equal(cut.usage, null);
+  assert.equal(cut.reported, null);
   assert.equal(cut.producedTokens(), 4);
   assert.equal(cut.final, false);
 });
@@ -82,7 +82,7 @@ test('running usage (continuous usage stats) is read from every chunk and remove
   const text = chunk({ content: 'a' }, { usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } })
     + chunk({ content: 'b' }, { usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } });
   const { m, out } = run(text, { stripChunkUsage: true }, 100_000);
-  assert.deepEqual(m.usage, { input: 7, output: 2, reasoning: 0 });
+  assert.deepEqual(m.reported, { input: 7, output: 2, reasoning: 0 });
   assert.equal(m.producedTokens(), 2);
   assert.equal(m.final, false);
   assert.equal(out, text.replace(/"usage":\{[^}]*\}/g, '"usage":null'));
@@ -91,18 +91,18 @@ test('running usage (continuous usage stats) is read from every chunk and remove
 test('whole unchanged events are forwarded as the very bytes that came in', () => {
   const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false });
   const b = Buffer.from(chunk({ content: 'x' }) + chunk({ content: 'y' }));
-  assert.equal(m.push(b), b);
+  assert.equal(m.onData(b), b);
   const half = Buffer.from(chunk({ content: 'z' }));
-  assert.equal(m.push(half.subarray(0, 10)), '');
-  assert.equal(m.push(half.subarray(10)).toString(), half.toString());
+  assert.equal(m.onData(half.subarray(0, 10)), '');
+  assert.equal(m.onData(half.subarray(10)).toString(), half.toString());
 });
 
 test('a read that ends in part of a character is not forwarded as it came: the character is sent once, whole', () => {
   const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false });
   const first = chunk({ content: 'a' });
   const e = Buffer.from('é');
-  let out = m.push(Buffer.concat([Buffer.from(first), e.subarray(0, 1)])).toString();
-  out += m.push(Buffer.concat([e.subarray(1), Buffer.from('\n\n')])).toString();
+  let out = m.onData(Buffer.concat([Buffer.from(first), e.subarray(0, 1)])).toString();
+  out += m.onData(Buffer.concat([e.subarray(1), Buffer.from('\n\n')])).toString();
   assert.equal(out, `${first}é\n\n`);
 });
 
@@ -113,8 +113,8 @@ test('the Responses meter splits on CRLF too and keeps characters cut between re
   const m = new ResponsesSseMeter();
   const bytes = Buffer.from(text);
   let out = '';
-  for (let i = 0; i < bytes.length; i += 3) out += m.push(bytes.subarray(i, i + 3));
+  for (let i = 0; i < bytes.length; i += 3) out += m.onData(bytes.subarray(i, i + 3));
   assert.equal(out, text);
-  assert.deepEqual(m.usage, { input: 3, output: 2, reasoning: 0 });
+  assert.deepEqual(m.reported, { input: 3, output: 2, reasoning: 0 });
   assert.ok(m.final && m.done);
 });

@@ -1,9 +1,12 @@
 // One Billing per gateway: the configured provider, top-up and card sessions, webhook delivery to itself, and auto top-up.
-import type { Services } from '../server/app.js';
+import type { EventEmitter } from 'node:events';
+import type { Config } from '../config.js';
+import type { Db } from '../store/db.js';
+import type { Settler } from '../ledger/settle.js';
 import { GatewayError, type ValidationDetail } from '../errors.js';
 import { nanoToDollars, NANO_PER_DOLLAR } from '../ledger/money.js';
 import { accountById } from '../store/accounts.js';
-import { log } from '../server/log.js';
+import { log } from '../observe/log.js';
 import { AutoTopup } from './autotopup.js';
 import { receiveWebhook } from './fulfil.js';
 import { SandboxProvider } from './sandbox.js';
@@ -59,19 +62,29 @@ async function via<T>(what: string, call: () => Promise<T>): Promise<T> {
   }
 }
 
+/** What payments need of the gateway: its config and store, the settler that credits, and the balance events auto top-up watches. */
+export interface BillingDeps { config: Config; db: Db; settler: Settler; events: EventEmitter }
+
 export class Billing implements Payments {
   readonly provider: Promise<Provider>;
   readonly auto: AutoTopup;
   private learnedPort: number | null = null;
 
-  constructor(readonly s: Services) {
+  private readonly onBalance = (accountId: string, balance: bigint) => this.auto.onBalance(accountId, balance);
+
+  constructor(readonly s: BillingDeps) {
     const p = s.config.payments;
     // The Stripe SDK is loaded only when it is the provider.
     this.provider = p.provider === 'stripe'
       ? import('./stripe.js').then((m) => new m.StripeProvider(p.secretKey!, p.webhookSecret, p.apiBase))
       : Promise.resolve(new SandboxProvider(p.webhookSecret, (payload, sig, host) => this.deliver(payload, sig, host)));
     this.auto = new AutoTopup(this);
-    s.events.on('balance', (accountId: string, balance: bigint) => this.auto.onBalance(accountId, balance));
+    s.events.on('balance', this.onBalance);
+  }
+
+  /** Stops watching balances (auto top-up). */
+  close(): void {
+    this.s.events.off('balance', this.onBalance);
   }
 
   /** The base URL a browser reaches this gateway at, for links handed out in answer to a request. */

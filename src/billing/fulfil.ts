@@ -2,7 +2,7 @@
 import { credit } from '../ops.js';
 import { accountById } from '../store/accounts.js';
 import type { Nanodollars } from '../ledger/money.js';
-import { log } from '../server/log.js';
+import { log } from '../observe/log.js';
 import type { Billing } from './core.js';
 import { invalidEvent } from './signature.js';
 import { customerOf, eventSeen, recordEvent, saveCard, sessionById, setSessionStatus } from './store.js';

@@ -1,8 +1,7 @@
 // Billing's public surface: payments (checkout, saving a card), auto top-up settings, the webhook and the sandbox checkout.
-import type { Services } from '../server/app.js';
 import { dollarsToNano, nanoToDollars, NANO_PER_DOLLAR } from '../ledger/money.js';
-import { log } from '../server/log.js';
-import { Billing, checkCents, invalidField, MAX_TOPUP, MIN_TOPUP, type Payments } from './core.js';
+import { log } from '../observe/log.js';
+import { type Billing, type BillingDeps, checkCents, invalidField, MAX_TOPUP, MIN_TOPUP, type Payments } from './core.js';
 import { receiveWebhook, type Outcome } from './fulfil.js';
 import { SandboxProvider } from './sandbox.js';
 import { checkoutPage, notFoundPage, successLocation, usd, type Page } from './sandbox-page.js';
@@ -11,23 +10,21 @@ import { autoTopupOf, customerOf, putAutoTopup, sessionById } from './store.js';
 export type { Payments } from './core.js';
 export type { Page } from './sandbox-page.js';
 
-const instances = new WeakMap<Services, Billing>();
+/** What the routes hand in: the gateway's stages, with the Billing it made at start-up. */
+export type HasBilling = BillingDeps & { billing: Billing };
 
-/** The gateway's Billing, made once per Services; making it subscribes auto top-up to balance events. */
-export function billing(s: Services): Billing {
-  let b = instances.get(s);
-  if (!b) { b = new Billing(s); instances.set(s, b); }
-  return b;
+export function billing(s: HasBilling): Billing {
+  return s.billing;
 }
 
-export function payments(s: Services): Payments {
-  return billing(s);
+export function payments(s: HasBilling): Payments {
+  return s.billing;
 }
 
 export interface AutoTopupView { enabled: boolean; threshold: number; amount: number; status: string | null; card: string | null }
 
 /** Settings in dollars (0 when never set), the last charge's status, and the saved card's reference. */
-export async function getAutoTopup(s: Pick<Services, 'db' | 'config'>, accountId: string): Promise<AutoTopupView> {
+export async function getAutoTopup(s: Pick<BillingDeps, 'db' | 'config'>, accountId: string): Promise<AutoTopupView> {
   const r = await autoTopupOf(s.db, accountId, s.config.payments.provider);
   return { enabled: r.enabled, threshold: nanoToDollars(r.threshold), amount: nanoToDollars(r.amount), status: r.status, card: r.card };
 }
@@ -43,36 +40,36 @@ function dollarsField(text: string, param: string, min: bigint, max: bigint, sen
 }
 
 /** Validates and stores the settings (422 naming the field otherwise); saving them also lifts a stop left by a decline. */
-export async function setAutoTopup(s: Pick<Services, 'db'>, accountId: string, v: { enabled: boolean; threshold: string; amount: string }): Promise<void> {
+export async function setAutoTopup(s: HasBilling, accountId: string, v: { enabled: boolean; threshold: string; amount: string }): Promise<void> {
   const threshold = dollarsField(v.threshold, 'threshold', MIN_THRESHOLD, MAX_THRESHOLD, 'The threshold must be a dollar amount from $0.01 to $1,000, with at most two decimals.');
   const amount = dollarsField(v.amount, 'amount', MIN_TOPUP, MAX_TOPUP, 'The top-up amount must be from $5 to $1,000, with at most two decimals.');
   await putAutoTopup(s.db, accountId, v.enabled, threshold, amount);
-  instances.get(s as Services)?.auto.invalidate();
+  s.billing.auto.invalidate();
 }
 
 /** The webhook route's whole job: verify, fulfil once, say what happened. */
-export function handleWebhook(s: Services, raw: Buffer | null, signature: string | undefined): Promise<Outcome> {
+export function handleWebhook(s: HasBilling, raw: Buffer | null, signature: string | undefined): Promise<Outcome> {
   return receiveWebhook(billing(s), raw, signature);
 }
 
-export function requestBase(s: Services, host: string | undefined): string {
+export function requestBase(s: HasBilling, host: string | undefined): string {
   return billing(s).requestBase(host);
 }
 
-async function sandboxSession(s: Services, id: string) {
+async function sandboxSession(s: HasBilling, id: string) {
   if (s.config.payments.provider !== 'sandbox' || !/^cs_sandbox_[A-Za-z0-9]{8,64}$/.test(id)) return null;
   const row = await sessionById(s.db, id);
   return row && row.provider === 'sandbox' ? row : null;
 }
 
 /** GET of the sandbox checkout page. */
-export async function sandboxView(s: Services, id: string): Promise<Page> {
+export async function sandboxView(s: HasBilling, id: string): Promise<Page> {
   const row = await sandboxSession(s, id);
   return row ? checkoutPage(row) : notFoundPage();
 }
 
 /** "Pay" (or "Save card") on the sandbox page: a signed event to the webhook, then off to the success URL. */
-export async function sandboxSubmit(s: Services, id: string, body: Buffer | null, host: string | undefined): Promise<Page | { redirect: string }> {
+export async function sandboxSubmit(s: HasBilling, id: string, body: Buffer | null, host: string | undefined): Promise<Page | { redirect: string }> {
   const row = await sandboxSession(s, id);
   if (!row) return notFoundPage();
   if (row.status === 'paid' || row.status === 'complete') return { redirect: successLocation(row) };

@@ -1,8 +1,8 @@
 // Console HTTP plumbing: security headers, HTML and redirect replies, cookies, form bodies, error pages.
-import type { Services } from '../server/app.js';
+import type { Services } from '../services.js';
 import type { Ctx, Headers } from '../server/context.js';
 import { GatewayError } from '../errors.js';
-import { log } from '../server/log.js';
+import { log } from '../observe/log.js';
 import { requestBase } from '../billing/index.js';
 import type { Html } from './html.js';
 

@@ -1,5 +1,5 @@
 // What a signed-in page handler gets (services, request, session, form) and how it replies with a full page.
-import type { Services } from '../server/app.js';
+import type { Services } from '../services.js';
 import type { Ctx } from '../server/context.js';
 import type { Html } from './html.js';
 import { appPage, type Section } from './layout.js';

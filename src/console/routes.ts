@@ -1,7 +1,7 @@
 // The web console under /console: sign-up/log-in, keys, balance and billing, usage.
 // Every route is 'public' to the gateway: the console authenticates by session cookie itself, checks the
 // CSRF token on every POST, and renders its own errors as HTML pages.
-import type { Services } from '../server/app.js';
+import type { Services } from '../services.js';
 import type { Route, RouteInput } from '../server/router.js';
 import type { Ctx } from '../server/context.js';
 import { html } from './html.js';

@@ -1,6 +1,6 @@
 // Who is at the browser: the session cookie, CSRF tokens (per session, and a pre-session cookie for log-in forms), login throttling.
 import { timingSafeEqual } from 'node:crypto';
-import type { Services } from '../server/app.js';
+import type { Services } from '../services.js';
 import type { Ctx } from '../server/context.js';
 import { ConsoleError, cookies, setCookie } from './http.js';
 import { newToken, recentAttempts, sessionByToken, SESSION_TTL_MS, type AttemptKind, type Session } from './store.js';

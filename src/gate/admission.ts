@@ -1,18 +1,24 @@
-// Admission: balance and ceiling (counting other requests' holds), rpm and concurrency, then this request's hold.
+// Admission: balance and ceiling (counting holds and pending debits), rpm and concurrency, then this request's hold.
 import { GatewayError } from '../errors.js';
 import type { KeyRecord } from '../store/keys.js';
 import type { StateCache } from './cache.js';
-import type { Limiter } from './limits/types.js';
-import type { Metrics } from '../server/metrics.js';
+import type { Limiter, PendingDebit } from './limits/types.js';
+import type { Metrics } from '../observe/metrics.js';
 
+/** An admitted request's place in the limiter: its worst-case amount and its concurrency slot. */
 export interface Hold {
-  readonly requestId: string;
+  readonly id: string;
   readonly accountId: string;
   readonly keyId: string;
   readonly amount: bigint;
   /** Headers the OpenAI clients read to see their request budget. */
   readonly rateHeaders: Record<string, string>;
+  /** Frees the hold: nothing billed. */
   release(): Promise<void>;
+  /** Turns the hold into its priced debit (final) or adds a part beside it; resolves once durable. */
+  settle(debit: PendingDebit, final: boolean): Promise<void>;
+  /** Records what the request has produced so far (billed if this process dies). */
+  progress(debit: PendingDebit): void;
 }
 
 export interface AdmissionDeps {
@@ -22,7 +28,7 @@ export interface AdmissionDeps {
   defaultRpm: number;
   defaultConcurrency: number;
   holdTtlMs: number;
-  /** Holds this instance placed and has not released yet, and releases still under way. */
+  /** Holds this instance placed and has not freed yet, and releases still under way. */
   openHolds: { count: number; releasing: Set<Promise<void>> };
 }
 
@@ -37,14 +43,20 @@ export function goDuration(ms: number): string {
   return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m${s % 60}s`;
 }
 
-export async function admit(d: AdmissionDeps, key: KeyRecord, requestId: string, holdAmount: bigint): Promise<Hold> {
-  const now = new Date();
-  const [balance, spend] = await Promise.all([d.cache.balanceOf(key.accountId), d.cache.spendOf(key.id, now)]);
+/**
+ * Admits one request. With `money`, balance > 0 and the key under its ceiling, counting every hold
+ * and pending debit of the account (on any instance, with Redis), and this request holds `amount`
+ * until it settles. Without, only rpm and concurrency apply (unbilled routes).
+ */
+export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true): Promise<Hold> {
   const { rpm, concurrency } = effectiveLimits(key, d);
-  const periodSpent = key.spendLimitPeriod === 'daily' ? spend.day : spend.month;
+  const period = key.spendLimitPeriod === 'daily' ? 'day' : 'month';
+  const [balance, spent] = money
+    ? await Promise.all([d.cache.balanceState(key.accountId), d.cache.spendState(key.id, period)])
+    : [{ amount: 0n, version: 0n }, { period, start: '', amount: 0n, version: 0n } as const];
   const out = await d.limiter.admit({
-    requestId, accountId: key.accountId, keyId: key.id, rpm, concurrency, hold: holdAmount,
-    balance, ceiling: key.spendLimit, periodSpent, ttlMs: d.holdTtlMs,
+    holdId, accountId: key.accountId, keyId: key.id, rpm, concurrency, money, hold: money ? amount : 0n,
+    balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
   });
   if (!out.ok) {
     d.metrics.rejection(out.reason);
@@ -73,23 +85,28 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, requestId: string,
           } });
     }
   }
-  let released = false;
+  let open = true;
   d.openHolds.count++;
+  const close = () => { if (!open) return false; open = false; d.openHolds.count--; return true; };
   return {
-    requestId, accountId: key.accountId, keyId: key.id, amount: holdAmount,
+    id: holdId, accountId: key.accountId, keyId: key.id, amount,
     rateHeaders: {
       'x-ratelimit-limit-requests': String(rpm),
       'x-ratelimit-remaining-requests': String(out.remaining),
       'x-ratelimit-reset-requests': goDuration(out.resetMs),
     },
     release: async () => {
-      if (released) return;
-      released = true;
-      const p = d.limiter.release(key.accountId, requestId)
+      if (!close()) return;
+      const p = d.limiter.release(key.accountId, holdId)
         .catch(() => undefined) // a lost release expires with the hold's TTL
-        .finally(() => { d.openHolds.count--; d.openHolds.releasing.delete(p); });
+        .finally(() => { d.openHolds.releasing.delete(p); });
       d.openHolds.releasing.add(p);
       await p;
     },
+    settle: async (debit, final) => {
+      if (final && !close()) throw new Error(`hold ${holdId} is already closed`);
+      await d.limiter.settle(holdId, debit, final);
+    },
+    progress: (debit) => { if (open) d.limiter.progress(holdId, debit); },
   };
 }

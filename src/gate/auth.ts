@@ -3,7 +3,7 @@ import { GatewayError } from '../errors.js';
 import { hashKey, looksLikeKey } from '../store/ids.js';
 import type { KeyRecord, Scope } from '../store/keys.js';
 import type { StateCache } from './cache.js';
-import type { Headers } from '../server/context.js';
+type Headers = Record<string, string>;
 
 function invalidKey(message: string): GatewayError {
   return new GatewayError({ status: 401, code: 'invalid_api_key', type: 'invalid_request_error', message });

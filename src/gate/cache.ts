@@ -50,11 +50,26 @@ export class StateCache implements SettleListener {
   }
 
   async balanceOf(accountId: string): Promise<bigint> {
-    const hit = this.balances.get(accountId);
-    if (hit) return hit.balance;
-    const acct = await accountById(this.db, accountId);
-    this.balance(accountId, (acct?.balance ?? 0n) as Nanodollars, acct?.version ?? 0n);
-    return this.balances.get(accountId)!.balance;
+    return (await this.balanceState(accountId)).amount;
+  }
+
+  /** The committed balance this instance knows, with the version that orders it against other instances' views. */
+  async balanceState(accountId: string): Promise<{ amount: bigint; version: bigint }> {
+    let hit = this.balances.get(accountId);
+    if (!hit) {
+      const acct = await accountById(this.db, accountId);
+      this.balance(accountId, (acct?.balance ?? 0n) as Nanodollars, acct?.version ?? 0n);
+      hit = this.balances.get(accountId)!;
+    }
+    return { amount: hit.balance, version: hit.version };
+  }
+
+  /** The key's committed spend in the current UTC day or month, with its period start and version. */
+  async spendState(keyId: string, period: 'day' | 'month', now = new Date()): Promise<{ period: 'day' | 'month'; start: string; amount: bigint; version: bigint }> {
+    await this.spendOf(keyId, now);
+    const cur = periodStarts(now)[period];
+    const e = this.spends.get(keyId)![period];
+    return e.start === cur ? { period, start: cur, amount: e.spent, version: e.version } : { period, start: cur, amount: 0n, version: 0n };
   }
 
   /** This key's spend in its current UTC day and month. */
@@ -63,7 +78,7 @@ export class StateCache implements SettleListener {
     let s = this.spends.get(keyId);
     if (!s) {
       const fromDb = (await keySpend(this.db, [keyId], now)).get(keyId)!;
-      s = this.spends.get(keyId) ?? { day: { start: day, spent: fromDb.day, version: 0n }, month: { start: month, spent: fromDb.month, version: 0n } };
+      s = this.spends.get(keyId) ?? { day: { start: day, spent: fromDb.day, version: fromDb.dayVersion }, month: { start: month, spent: fromDb.month, version: fromDb.monthVersion } };
       this.spends.set(keyId, s);
     }
     return { day: s.day.start === day ? s.day.spent : 0n, month: s.month.start === month ? s.month.spent : 0n };

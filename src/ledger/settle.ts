@@ -18,7 +18,20 @@ export interface LedgerEntry {
 export interface SettleResult {
   applied: boolean;               // false when the same entry (same nonce) was already in the ledger
   idemKey: string;                // the key it was stored under
-  balance: Nanodollars | null;    // the account's balance after this commit
+  balance: Nanodollars | null;    // the account's balance after this commit (null when the commit did not move it)
+  version: bigint | null;         // the account row's version after this commit
+  /** The entry's key's day and month spend after this commit (empty when it did not move them). */
+  spends: { period: 'day' | 'month'; start: string; spent: Nanodollars; version: bigint }[];
+}
+
+/** A ledger entry as text (amount as a decimal string): what a pending debit carries until it commits. */
+export function serializeEntry(e: LedgerEntry): string {
+  return JSON.stringify({ ...e, amount: e.amount.toString(), at: (e.at ?? new Date()).toISOString() });
+}
+
+export function parseEntry(text: string): LedgerEntry {
+  const o = JSON.parse(text) as Omit<LedgerEntry, 'amount' | 'at'> & { amount: string; at: string };
+  return { ...o, amount: BigInt(o.amount) as Nanodollars, at: new Date(o.at) };
 }
 
 export interface SettleListener {
@@ -105,8 +118,9 @@ export class Settler {
     });
     const fresh = entries.map((_, i) => i).filter((i) => !dup.has(i));
     const stored = new Set<string>();
-    const balances = new Map<string, bigint>();
-    await this.apply(this.db, fresh.map((i) => ({ ...entries[i]!, idemKey: keys[i]! })), stored, balances);
+    const balances = new Map<string, { balance: bigint; version: bigint }>();
+    const spends = new Map<string, SettleResult['spends']>();
+    await this.apply(this.db, fresh.map((i) => ({ ...entries[i]!, idemKey: keys[i]! })), stored, balances, spends);
     // Keys already in the ledger: same nonce = a retried settle (already billed); else a reused request id.
     const clashed = fresh.filter((i) => !stored.has(keys[i]!));
     if (clashed.length > 0) {
@@ -114,14 +128,20 @@ export class Settler {
       const nonceOf = new Map(prior.rows.map((r) => [r.idem_key as string, r.nonce as string | null]));
       const retry = clashed.filter((i) => nonceOf.get(keys[i]!) !== entries[i]!.nonce);
       for (const i of retry) keys[i] = `${entries[i]!.idemKey}~${entries[i]!.nonce}`;
-      if (retry.length > 0) await this.apply(this.db, retry.map((i) => ({ ...entries[i]!, idemKey: keys[i]! })), stored, balances);
+      if (retry.length > 0) await this.apply(this.db, retry.map((i) => ({ ...entries[i]!, idemKey: keys[i]! })), stored, balances, spends);
     }
-    return entries.map((e, i) => ({
-      applied: !dup.has(i) && stored.has(keys[i]!), idemKey: keys[i]!, balance: (balances.get(e.accountId) ?? null) as Nanodollars | null,
-    }));
+    return entries.map((e, i) => {
+      const b = balances.get(e.accountId);
+      return {
+        applied: !dup.has(i) && stored.has(keys[i]!), idemKey: keys[i]!,
+        balance: (b?.balance ?? null) as Nanodollars | null, version: b?.version ?? null,
+        spends: (e.keyId && spends.get(e.keyId)) || [],
+      };
+    });
   }
 
-  private async apply(c: Queryable, entries: LedgerEntry[], stored: Set<string>, balances: Map<string, bigint>): Promise<void> {
+  private async apply(c: Queryable, entries: LedgerEntry[], stored: Set<string>, balances: Map<string, { balance: bigint; version: bigint }>,
+    spends: Map<string, SettleResult['spends']>): Promise<void> {
     if (entries.length === 0) return;
     // Named, so each connection parses and plans the statement once.
     const res = await c.query({ name: 'tollgate_settle', text: SETTLE_SQL, values: [
@@ -133,11 +153,14 @@ export class Settler {
     for (const r of res.rows) {
       if (r.t === 'l') { stored.add(r.id as string); this.writes++; }
       else if (r.t === 'a') {
-        balances.set(r.id as string, r.amount as bigint);
+        balances.set(r.id as string, { balance: r.amount as bigint, version: r.version as bigint });
         this.listener.balance(r.id as string, r.amount as Nanodollars, r.version as bigint);
       } else {
         const [period, start] = (r.extra as string).split('|') as ['day' | 'month', string];
         this.listener.spend(r.id as string, period, start, r.amount as Nanodollars, r.version as bigint);
+        const list = spends.get(r.id as string) ?? [];
+        list.push({ period, start, spent: r.amount as Nanodollars, version: r.version as bigint });
+        spends.set(r.id as string, list);
       }
     }
   }

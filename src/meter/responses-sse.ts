@@ -1,5 +1,7 @@
 // Meters an OpenAI Responses event stream passed through from an upstream that serves /v1/responses.
-import { SseEvents, readUsage, type StreamMeter, type StreamUsage } from './sse.js';
+import type { Meter } from '../exchange/meter.js';
+import type { Usage } from '../exchange/usage.js';
+import { SSE_TYPE, SseEvents, readUsage, streamUsage, type StreamUsage } from './sse.js';
 
 // Events that carry produced output: the fallback count of output tokens when the stream is cut.
 const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta',
@@ -7,15 +9,34 @@ const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_
 // Events that end a response; completed and incomplete carry the final usage.
 const TERMINAL = new Set(['response.completed', 'response.incomplete', 'response.failed', 'error']);
 
-export class ResponsesSseMeter implements StreamMeter {
-  usage: StreamUsage | null = null;
+export class ResponsesSseMeter implements Meter {
+  readonly mode = 'stream';
+  reported: StreamUsage | null = null;
   final = false;
   done = false;
-  private produced = 0;
+  private deltas = 0;
   private readonly events = new SseEvents();
 
+  constructor(private readonly promptTokens: () => number = () => 0) {}
+
+  onResponse(): { contentType: string } {
+    return { contentType: SSE_TYPE };
+  }
+
+  onEnd(): string {
+    return '';
+  }
+
+  get produced(): boolean {
+    return this.producedTokens() > 0;
+  }
+
+  usage(): Usage {
+    return streamUsage(this.reported, this.final, this.done, this.producedTokens(), this.promptTokens);
+  }
+
   /** Feeds upstream bytes; returns them unchanged, whole events at a time. */
-  push(chunk: Buffer): string {
+  onData(chunk: Buffer): string {
     let out = '';
     for (const raw of this.events.push(chunk)) {
       this.event(raw);
@@ -25,7 +46,7 @@ export class ResponsesSseMeter implements StreamMeter {
   }
 
   producedTokens(): number {
-    return Math.max(this.produced, this.usage?.output ?? 0);
+    return Math.max(this.deltas, this.reported?.output ?? 0);
   }
 
   private event(raw: string): void {
@@ -34,12 +55,12 @@ export class ResponsesSseMeter implements StreamMeter {
     let obj: { type?: unknown; response?: { usage?: Record<string, unknown> | null } };
     try { obj = JSON.parse(data) as typeof obj; } catch { return; }
     const type = typeof obj.type === 'string' ? obj.type : '';
-    if (OUTPUT_DELTAS.has(type)) this.produced++;
+    if (OUTPUT_DELTAS.has(type)) this.deltas++;
     if (!TERMINAL.has(type)) return;
     this.done = true;
     const usage = readUsage(obj.response?.usage);
     if ((type === 'response.completed' || type === 'response.incomplete') && usage) {
-      this.usage = usage;
+      this.reported = usage;
       this.final = true;
     }
   }

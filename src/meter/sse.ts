@@ -1,27 +1,34 @@
 // Meters an OpenAI-style SSE stream on its way through: usage, produced tokens, and the usage the client did not ask for.
 import { StringDecoder } from 'node:string_decoder';
+import type { Meter } from '../exchange/meter.js';
+import { usage, type Usage } from '../exchange/usage.js';
 
 export interface StreamUsage { input: number; output: number; reasoning: number }
 
-/** What the relay reads from a stream meter, whatever the stream's format. */
-export interface StreamMeter {
-  usage: StreamUsage | null;
-  /** The upstream's final usage arrived. */
-  final: boolean;
-  /** The stream reached its end marker. */
-  done: boolean;
-  /** Feeds upstream bytes; returns what to forward now (whole events only; may be empty). */
-  push(chunk: Buffer): Buffer | string;
-  producedTokens(): number;
-}
+export const SSE_TYPE = 'text/event-stream; charset=utf-8';
 
 export interface SseMeterOptions {
   /** Drop the trailing `choices: []` usage chunk (the gateway asked for it, the client did not). */
   stripUsageChunk: boolean;
   /** Remove `usage` from ordinary chunks (continuous usage stats the client did not ask for). */
   stripChunkUsage: boolean;
-  /** Re-shapes each parsed chunk (and the end of stream) into other events: Responses translation. */
-  translate?: { chunk(obj: Record<string, unknown>): string; done(): string };
+  /** Re-shapes each parsed chunk (and the start and end of the stream) into other events: Responses translation. */
+  translate?: { start(): string; chunk(obj: Record<string, unknown>): string; done(): string };
+  /** Prompt tokens when the upstream reports none (a stream cut before its usage): counted by Tollgate. */
+  promptTokens?: () => number;
+}
+
+/**
+ * What a token stream's usage is, from what its meter saw: the upstream's final usage when it
+ * came (exact); else the reported or counted prompt plus the output produced (estimated when the
+ * stream ended normally, partial when it was cut).
+ */
+export function streamUsage(reported: StreamUsage | null, final: boolean, done: boolean, produced: number, promptTokens: () => number): Usage {
+  if (final && reported) return usage({ inputTokens: reported.input, outputTokens: reported.output, reasoningTokens: reported.reasoning, basis: 'exact' });
+  return usage({
+    inputTokens: reported?.input || promptTokens(), outputTokens: Math.max(produced, reported?.output ?? 0),
+    reasoningTokens: reported?.reasoning ?? 0, basis: done ? 'estimated' : 'partial',
+  });
 }
 
 const DATA = 'data:';
@@ -37,21 +44,33 @@ const OUTPUT_KEYS = ['"content"', '"text"', '"reasoning_content"', '"arguments"'
  * lines (LF or CRLF); bytes are decoded across chunk boundaries, so a character split between two
  * TCP reads survives; a chunk that is whole events, unchanged, is forwarded as the same bytes.
  */
-export class SseMeter implements StreamMeter {
+export class SseMeter implements Meter {
+  readonly mode = 'stream';
   /** The last usage the upstream reported (final chunk, or running continuous stats). */
-  usage: StreamUsage | null = null;
+  reported: StreamUsage | null = null;
+  /** The upstream's final usage arrived. */
   final = false;
+  /** The stream reached `[DONE]`. */
   done = false;
   /** Chunks that carried generated text/arguments, per choice: the fallback count of produced tokens. */
-  private produced = 0;
+  private deltas = 0;
+  private started = false;
   private readonly events = new SseEvents();
 
   constructor(private readonly opts: SseMeterOptions) {}
 
-  push(chunk: Buffer): Buffer | string {
+  onResponse(): { contentType: string } {
+    return { contentType: SSE_TYPE };
+  }
+
+  onData(chunk: Buffer): Buffer | string {
     const fresh = this.events.clear;
     let out = '';
     let same = true;
+    if (!this.started) {
+      this.started = true;
+      if (this.opts.translate) { out = this.opts.translate.start(); same = false; }
+    }
     for (const raw of this.events.push(chunk)) {
       const fwd = this.event(raw);
       if (fwd !== raw) same = false;
@@ -61,9 +80,21 @@ export class SseMeter implements StreamMeter {
     return fresh && same && this.events.clear ? chunk : out;
   }
 
+  onEnd(): string {
+    return '';
+  }
+
+  get produced(): boolean {
+    return this.producedTokens() > 0;
+  }
+
+  usage(): Usage {
+    return streamUsage(this.reported, this.final, this.done, this.producedTokens(), this.opts.promptTokens ?? (() => 0));
+  }
+
   /** Tokens produced so far: reported running usage if any, else the counted deltas. */
   producedTokens(): number {
-    return Math.max(this.produced, this.usage?.output ?? 0);
+    return Math.max(this.deltas, this.reported?.output ?? 0);
   }
 
   private event(raw: string): string {
@@ -79,7 +110,7 @@ export class SseMeter implements StreamMeter {
     // The common chunk: one line, one choice (one finish_reason key), no usage.
     if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1
       && keyCount(raw, '"finish_reason"', from, to) === 1 && !hasUsage(raw, from, to)) {
-      if (hasOutput(raw, from, to)) this.produced++;
+      if (hasOutput(raw, from, to)) this.deltas++;
       return raw;
     }
     return this.parsed(raw, raw.slice(from, to).trim());
@@ -89,7 +120,7 @@ export class SseMeter implements StreamMeter {
     let obj: Record<string, unknown>;
     try { obj = JSON.parse(payload) as Record<string, unknown>; } catch { return raw; }
     const usage = readUsage(obj.usage);
-    if (usage) this.usage = usage;
+    if (usage) this.reported = usage;
     const choices = obj.choices as Record<string, unknown>[] | undefined;
     const translated = this.opts.translate?.chunk(obj);
     if (Array.isArray(choices) && choices.length === 0 && usage) {
@@ -103,7 +134,7 @@ export class SseMeter implements StreamMeter {
         const hasText = (typeof d.content === 'string' && d.content.length > 0) || (typeof d.text === 'string' && d.text.length > 0)
           || (typeof d.reasoning_content === 'string' && d.reasoning_content.length > 0)
           || (Array.isArray(toolCalls) && toolCalls.some((t) => (t.function?.arguments ?? '').length > 0));
-        if (hasText) this.produced++;
+        if (hasText) this.deltas++;
       }
     }
     if (translated !== undefined) return translated;

@@ -5,7 +5,7 @@ import type { Stream } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { GatewayError, clientClosed } from '../errors.js';
 import type { UpstreamConfig } from '../config.js';
-import { log } from '../server/log.js';
+import { log } from '../observe/log.js';
 
 /**
  * What http-proxy-3 reads from an incoming request: method, url, headers, socket, and `on('error')`.
@@ -141,3 +141,26 @@ export function upstreamMalformed(): GatewayError {
   return new GatewayError({ status: 502, code: 'upstream_malformed_response', type: 'server_error', retryable: true,
     message: 'The model host sent a response that could not be read. Nothing was billed.' });
 }
+
+const MAX_UPSTREAM_BODY = 64 * 1024 * 1024;
+
+/** Reads a whole upstream body (bounded); a body cut short is a malformed reply. */
+export function collect(res: http.IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const parts: Buffer[] = [];
+    let size = 0;
+    res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_UPSTREAM_BODY) { res.destroy(); reject(upstreamMalformed()); return; }
+      parts.push(chunk);
+    });
+    res.once('end', () => {
+      if (!res.complete) reject(upstreamMalformed());
+      else resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size));
+    });
+    // The upstream cut the body short (socket reset mid-response).
+    res.once('error', () => reject(upstreamMalformed()));
+    res.once('close', () => { if (!res.complete) reject(upstreamMalformed()); });
+  });
+}
+

@@ -1,6 +1,6 @@
-// One request's state on the uWS side: headers read up front, abort tracking, and backpressured writes.
+// One request's state on the uWS side: headers read up front, abort tracking, and backpressured writes (the exchange's Downstream).
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import { GatewayError, renderError, statusLine, type Family } from '../errors.js';
+import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
 import { newId } from '../store/ids.js';
 import type { KeyRecord } from '../store/keys.js';
 
@@ -8,6 +8,11 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 const JSON_TYPE = 'application/json';
 
 export type Headers = Record<string, string>;
+
+/** Until a route's family is known: the plain `{error: {...}}` shape. */
+const PLAIN: ErrorRenderer = {
+  render: (err) => JSON.stringify({ error: { message: err.message, type: err.type, param: err.param, code: err.code } }),
+};
 
 export class Ctx {
   readonly method: string;
@@ -18,7 +23,8 @@ export class Ctx {
   readonly requestId: string;
   readonly remoteAddress: string;
   readonly started = process.hrtime.bigint();
-  family: Family;
+  /** The envelope errors are rendered in: the matched route's family (set by the router). */
+  family: ErrorRenderer = PLAIN;
   routeName = 'unmatched';
   key: KeyRecord | null = null;
   status = 0;
@@ -38,7 +44,6 @@ export class Ctx {
     const given = this.headers['x-request-id'];
     this.requestId = given && SANE_REQUEST_ID.test(given) ? given : newId('req');
     this.remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
-    this.family = this.path.startsWith('/beta/') ? 'beta' : this.path.startsWith('/svc/') ? 'svc' : 'alpha';
     res.onAborted(() => {
       this.aborted = true;
       this.writableWaiter?.();
@@ -75,7 +80,7 @@ export class Ctx {
 
   fail(err: GatewayError): void {
     if (this.headersSent) { this.close(); return; }
-    this.send(err.status, renderError(err, this.family, this.requestId), err.headers);
+    this.send(err.status, this.family.render(err, this.requestId), err.headers);
   }
 
   /** Starts a streamed response; the body follows through write() and end(). */

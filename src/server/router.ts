@@ -1,5 +1,5 @@
-// The routing table: method + path pattern to a route; unknown paths are 404, known paths with other methods 405.
-import { GatewayError } from '../errors.js';
+// The routing table: each family's routes mounted under its prefixes; unknown paths are 404, known paths with other methods 405.
+import { GatewayError, type ErrorRenderer } from '../errors.js';
 import type { Scope } from '../store/keys.js';
 import type { Ctx } from './context.js';
 
@@ -7,45 +7,72 @@ export interface RouteInput { params: Record<string, string>; body: Buffer | nul
 
 export interface Route {
   method: 'GET' | 'POST' | 'DELETE' | 'PATCH' | 'PUT';
-  path: string;                       // segments; `:name` captures one
+  path: string;                       // under the mount's prefixes; segments; `:name` captures one
   name: string;                       // metrics label
   scope: Scope | 'any' | 'public';    // 'public' = no key (webhook, health, metrics, console login)
+  /** The handler admits the request itself, with money (it opens a Charge); others are admitted for rpm and concurrency only. */
+  metered?: boolean;
   bodyLimit?: number;
   handler(ctx: Ctx, input: RouteInput): Promise<void>;
 }
 
-interface Compiled { route: Route; parts: string[] }
+/** What a family hands the router: its renderer and prefixes, and its routes. */
+export interface Mount {
+  family: ErrorRenderer & { readonly prefixes: readonly string[] };
+  routes: Route[];
+  /** Mount under these prefixes instead of the family's own (console pages, health, metrics). */
+  prefixes?: readonly string[];
+}
 
-export type Match = { route: Route; params: Record<string, string> } | { allowed: string[] } | null;
+interface Compiled { route: Route; family: ErrorRenderer; parts: string[] }
+
+export type Match =
+  | { route: Route; family: ErrorRenderer; params: Record<string, string> }
+  | { allowed: string[]; family: ErrorRenderer }
+  | { family: ErrorRenderer };
 
 export class Router {
-  private readonly exact = new Map<string, Map<string, Route>>();
+  private readonly exact = new Map<string, Map<string, { route: Route; family: ErrorRenderer }>>();
   private readonly patterns: Compiled[] = [];
+  /** Family prefixes, longest first: the envelope of a path that matches no route. */
+  private readonly owners: { prefix: string; family: ErrorRenderer }[] = [];
 
-  constructor(routes: Route[]) {
-    for (const r of routes) {
-      if (r.path.includes(':')) this.patterns.push({ route: r, parts: r.path.split('/') });
-      else {
-        const byMethod = this.exact.get(r.path) ?? new Map<string, Route>();
-        byMethod.set(r.method, r);
-        this.exact.set(r.path, byMethod);
+  constructor(mounts: Mount[], private readonly fallback: ErrorRenderer) {
+    for (const m of mounts) {
+      for (const prefix of m.family.prefixes) if (!this.owners.some((o) => o.prefix === prefix)) this.owners.push({ prefix, family: m.family });
+      for (const prefix of m.prefixes ?? m.family.prefixes) {
+        for (const r of m.routes) {
+          const path = prefix + r.path;
+          if (r.path.includes(':')) { this.patterns.push({ route: r, family: m.family, parts: path.split('/') }); continue; }
+          const byMethod = this.exact.get(path) ?? new Map<string, { route: Route; family: ErrorRenderer }>();
+          byMethod.set(r.method, { route: r, family: m.family });
+          this.exact.set(path, byMethod);
+        }
       }
     }
+    this.owners.sort((a, b) => b.prefix.length - a.prefix.length);
   }
 
   match(method: string, path: string): Match {
     const byMethod = this.exact.get(path);
     const allowed: string[] = byMethod ? [...byMethod.keys()] : [];
     const hit = byMethod?.get(method);
-    if (hit) return { route: hit, params: {} };
+    if (hit) return { route: hit.route, family: hit.family, params: {} };
     const segs = path.split('/');
     for (const c of this.patterns) {
       const params = matchParts(c.parts, segs);
       if (!params) continue;
-      if (c.route.method === method) return { route: c.route, params };
+      if (c.route.method === method) return { route: c.route, family: c.family, params };
       allowed.push(c.route.method);
     }
-    return allowed.length > 0 ? { allowed } : null;
+    const family = this.familyOf(path);
+    return allowed.length > 0 ? { allowed, family } : { family };
+  }
+
+  /** The family whose prefix a path falls under (longest first), for the envelope of an error. */
+  familyOf(path: string): ErrorRenderer {
+    for (const o of this.owners) if (o.prefix === '' || path === o.prefix || path.startsWith(`${o.prefix}/`)) return o.family;
+    return this.fallback;
   }
 }
 
@@ -66,9 +93,4 @@ function matchParts(parts: string[], segs: string[]): Record<string, string> | n
 export function methodNotAllowed(method: string, allowed: string[]): GatewayError {
   return new GatewayError({ status: 405, code: 'method_not_allowed', message: `${method} is not allowed here; use ${allowed.join(' or ')}.`,
     headers: { allow: allowed.join(', ') } });
-}
-
-/** `/v1/...` is an alias of `/alpha/v1/...`. */
-export function canonicalPath(path: string): string {
-  return path.startsWith('/v1/') || path === '/v1' ? `/alpha${path}` : path;
 }

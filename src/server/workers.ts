@@ -4,7 +4,7 @@
 import cluster, { type Worker } from 'node:cluster';
 import net from 'node:net';
 import { SANDBOX_SECRET_ENV } from '../config.js';
-import { log } from './log.js';
+import { log } from '../observe/log.js';
 
 /** Set in a worker's environment: the port every worker listens on. */
 const WORKER_PORT_ENV = 'TOLLGATE_WORKER_PORT';

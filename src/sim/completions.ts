@@ -2,7 +2,9 @@
 import { randomBytes } from 'node:crypto';
 import { choiceSeed, generate, logprobEntries, type Output } from './generate.js';
 import { SimError } from './http.js';
-import { countTokens } from './tokens.js';
+import { chatPromptTokens, countTokens } from '../meter/tokens.js';
+
+export { chatPromptTokens };
 import type { SimModel } from './index.js';
 
 type Obj = Record<string, unknown>;
@@ -71,25 +73,6 @@ function usageOf(prompt: number, outputs: Output[], reasoning: boolean): Usage {
   const u: Usage = { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
   if (reasoning) u.completion_tokens_details = { reasoning_tokens: thought };
   return u;
-}
-
-/** Chat prompt tokens: per message 3 + its text (string content, text parts, tool call names and arguments), plus 3. */
-export function chatPromptTokens(messages: readonly Obj[]): number {
-  let n = 3;
-  for (const m of messages) {
-    n += 3;
-    const c = m.content;
-    if (typeof c === 'string') n += countTokens(c);
-    else if (Array.isArray(c)) for (const p of c as Obj[]) if (p && typeof p.text === 'string') n += countTokens(p.text);
-    if (Array.isArray(m.tool_calls)) {
-      for (const tc of m.tool_calls as Obj[]) {
-        const f = (tc?.function ?? {}) as Obj;
-        if (typeof f.name === 'string') n += countTokens(f.name);
-        if (typeof f.arguments === 'string') n += countTokens(f.arguments);
-      }
-    }
-  }
-  return n;
 }
 
 /** The function the request makes the model call, or null for a text answer. */

@@ -1,30 +1,7 @@
-// The sim's deterministic primitives: tokenizer, FNV-1a hash, PRNG and the fixed vocabulary (precomputed pieces).
+// The sim's deterministic primitives: token pieces, FNV-1a hash, PRNG and the fixed vocabulary (precomputed pieces).
+import { countTokens, isSpaceCode, isWordCode } from '../meter/tokens.js';
 
-/**
- * Counts tokens the way the sim's "model" does: the number of matches of /\w+|[^\w\s]/gu (a run of ASCII word
- * characters is one token, every other non-space code point is one token). Hand-rolled for speed; the test suite
- * checks it against the regular expression.
- */
-export function countTokens(text: string): number {
-  let n = 0;
-  let inWord = false;
-  const len = text.length;
-  for (let i = 0; i < len; i++) {
-    const c = text.charCodeAt(i);
-    if (isWordCode(c)) {
-      if (!inWord) { n++; inWord = true; }
-      continue;
-    }
-    inWord = false;
-    if (isSpaceCode(c)) continue;
-    n++;
-    if (c >= 0xd800 && c <= 0xdbff && i + 1 < len) {
-      const d = text.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) i++; // a surrogate pair is one code point under the `u` flag
-    }
-  }
-  return n;
-}
+export { countTokens };
 
 /** Splits text into pieces of exactly one token each (leading whitespace stays with the token that follows it). */
 export function tokenPieces(text: string): string[] {
@@ -49,17 +26,6 @@ export function tokenPieces(text: string): string[] {
     else out.push(text.slice(start));
   }
   return out;
-}
-
-function isWordCode(c: number): boolean {
-  return (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c === 95;
-}
-
-/** JavaScript's \s: ASCII whitespace plus the Unicode space separators, line/paragraph separators and BOM. */
-function isSpaceCode(c: number): boolean {
-  if (c < 128) return c === 32 || (c >= 9 && c <= 13);
-  return c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029
-    || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
 }
 
 /** 32-bit FNV-1a over UTF-16 code units. */

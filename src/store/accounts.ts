@@ -37,21 +37,21 @@ export async function accountsChangedSince(db: Queryable, version: bigint): Prom
   return res.rows.map(toAccount);
 }
 
-export interface KeySpend { day: Nanodollars; month: Nanodollars }
+export interface KeySpend { day: Nanodollars; month: Nanodollars; dayVersion: bigint; monthVersion: bigint }
 
 /** This UTC day's and month's spend for each key given. */
 export async function keySpend(db: Queryable, keyIds: string[], now = new Date()): Promise<Map<string, KeySpend>> {
   const { day, month } = periodStarts(now);
   const out = new Map<string, KeySpend>();
-  for (const id of keyIds) out.set(id, { day: 0n as Nanodollars, month: 0n as Nanodollars });
+  for (const id of keyIds) out.set(id, { day: 0n as Nanodollars, month: 0n as Nanodollars, dayVersion: 0n, monthVersion: 0n });
   if (keyIds.length === 0) return out;
   const res = await db.query(
-    `SELECT key_id, period, spent_nd FROM key_spend
+    `SELECT key_id, period, spent_nd, version FROM key_spend
       WHERE key_id = ANY($1) AND ((period = 'day' AND period_start = $2) OR (period = 'month' AND period_start = $3))`,
     [keyIds, day, month]);
   for (const r of res.rows) {
     const s = out.get(r.key_id as string)!;
-    if (r.period === 'day') s.day = r.spent_nd as Nanodollars; else s.month = r.spent_nd as Nanodollars;
+    if (r.period === 'day') { s.day = r.spent_nd as Nanodollars; s.dayVersion = r.version as bigint; } else { s.month = r.spent_nd as Nanodollars; s.monthVersion = r.version as bigint; }
   }
   return out;
 }

@@ -1,5 +1,5 @@
 // Sign-up, log-in and log-out: forms, argon2id password checks, throttling and the session cookie.
-import type { Services } from '../../server/app.js';
+import type { Services } from '../../services.js';
 import type { Ctx } from '../../server/context.js';
 import { html, type Html } from '../html.js';
 import { barePage, csrfField, notice } from '../layout.js';

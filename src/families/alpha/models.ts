@@ -1,5 +1,5 @@
 // GET /alpha/v1/models and /alpha/v1/models/{model}: the configured models in OpenAI's list shape.
-import type { Services } from '../../server/app.js';
+import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { ModelConfig } from '../../config.js';
 
@@ -14,9 +14,9 @@ function view(m: ModelConfig): Record<string, unknown> {
 
 export function modelRoutes(s: Services): Route[] {
   return [
-    { method: 'GET', path: '/alpha/v1/models', name: 'models.list', scope: 'any',
+    { method: 'GET', path: '/v1/models', name: 'models.list', scope: 'any',
       handler: async (ctx) => ctx.json(200, { object: 'list', data: s.models.models.map(view) }) },
-    { method: 'GET', path: '/alpha/v1/models/:model', name: 'models.retrieve', scope: 'any',
+    { method: 'GET', path: '/v1/models/:model', name: 'models.retrieve', scope: 'any',
       handler: async (ctx, { params }) => ctx.json(200, view(s.models.resolve(params.model!))) },
   ];
 }

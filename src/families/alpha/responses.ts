@@ -1,11 +1,10 @@
 // POST /alpha/v1/responses: passed through to hosts that serve it, translated to chat completions (and back) for the rest.
-import type { Services } from '../../server/app.js';
+import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
 import { compile, parseJson, rejectAsked } from '../validate.js';
-import { metered } from './metered.js';
-import { chatPromptTokens, choicesText } from './chat.js';
-import { countTokens } from '../../sim/index.js';
+import { textExchange } from './metered.js';
+import { chatPromptTokens, choicesTokens, countTokens } from '../../meter/tokens.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
 import { ResponsesStream } from './responses-stream.js';
 
@@ -21,7 +20,7 @@ const check = compile(ResponsesRequest);
 
 export function responsesRoutes(s: Services): Route[] {
   return [{
-    method: 'POST', path: '/alpha/v1/responses', name: 'responses', scope: 'llm',
+    method: 'POST', path: '/v1/responses', name: 'responses', scope: 'llm', metered: true,
     handler: async (ctx, { body }) => {
       const req = parseJson(check, body) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
       rejectAsked(req, RESPONSES_REJECTED);
@@ -30,20 +29,20 @@ export function responsesRoutes(s: Services): Route[] {
       if (s.upstreams.config(model.upstream).responsesApi) {
         // The host serves the Responses API itself: pass through (renaming the model only), metered
         // from its own Responses events and usage.
-        await metered(s, ctx, {
+        await textExchange(s, ctx, {
           model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
-          promptEstimate: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
-          outputEstimate: (json) => countTokens(responsesText(json)),
+          promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
+          outputTokens: (json) => countTokens(responsesText(json)),
         });
         return;
       }
       const chat = toChat(req, model.upstreamModel);
       const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
-      await metered(s, ctx, {
+      await textExchange(s, ctx, {
         model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut,
         upstreamBody: Buffer.from(JSON.stringify(chat)),
-        promptEstimate: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
-        outputEstimate: (json) => choicesText(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
+        promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
+        outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
         reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
       });
     },

@@ -1,11 +1,11 @@
 // Billing routes under /svc/v1/billing (checkout, card, webhook) and the sandbox checkout page.
 import { Type } from '@sinclair/typebox';
-import type { Services } from '../../server/app.js';
+import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { Ctx } from '../../server/context.js';
 import { compile, parseJson } from '../validate.js';
 import { dollarsToNano } from '../../ledger/money.js';
-import { billing, handleWebhook, payments, requestBase, sandboxSubmit, sandboxView, type Page } from '../../billing/index.js';
+import { handleWebhook, payments, requestBase, sandboxSubmit, sandboxView, type Page } from '../../billing/index.js';
 
 const ReturnUrl = Type.String({ pattern: '^https?://', maxLength: 2048 });
 const Checkout = compile(Type.Object({
@@ -22,24 +22,23 @@ function sendPage(ctx: Ctx, p: Page | { redirect: string }): void {
 }
 
 export function billingRoutes(s: Services): Route[] {
-  billing(s); // subscribes auto top-up to balance events from the start
   const routes: Route[] = [
     {
-      method: 'POST', path: '/svc/v1/billing/checkout', name: 'svc.billing.checkout', scope: 'any',
+      method: 'POST', path: '/v1/billing/checkout', name: 'svc.billing.checkout', scope: 'any',
       handler: async (ctx, { body }) => {
         const req = parseJson(Checkout, body);
         ctx.json(200, await payments(s).checkout(ctx.key!.accountId, dollarsToNano(req.amount), req.return_url, requestBase(s, ctx.headers.host)));
       },
     },
     {
-      method: 'POST', path: '/svc/v1/billing/card', name: 'svc.billing.card', scope: 'any',
+      method: 'POST', path: '/v1/billing/card', name: 'svc.billing.card', scope: 'any',
       handler: async (ctx, { body }) => {
         const req = body && body.length > 0 ? parseJson(Card, body) : {};
         ctx.json(200, await payments(s).setupCard(ctx.key!.accountId, req.return_url, requestBase(s, ctx.headers.host)));
       },
     },
     {
-      method: 'POST', path: '/svc/v1/billing/webhook', name: 'svc.billing.webhook', scope: 'public', bodyLimit: 1024 * 1024,
+      method: 'POST', path: '/v1/billing/webhook', name: 'svc.billing.webhook', scope: 'public', bodyLimit: 1024 * 1024,
       handler: async (ctx, { body }) => {
         const outcome = await handleWebhook(s, body, ctx.headers['stripe-signature']);
         ctx.json(200, { received: true, outcome });
@@ -48,9 +47,9 @@ export function billingRoutes(s: Services): Route[] {
   ];
   if (s.config.payments.provider === 'sandbox') {
     routes.push(
-      { method: 'GET', path: '/svc/v1/billing/sandbox/checkout/:session', name: 'svc.billing.sandbox', scope: 'public',
+      { method: 'GET', path: '/v1/billing/sandbox/checkout/:session', name: 'svc.billing.sandbox', scope: 'public',
         handler: async (ctx, { params }) => sendPage(ctx, await sandboxView(s, params.session!)) },
-      { method: 'POST', path: '/svc/v1/billing/sandbox/checkout/:session', name: 'svc.billing.sandbox', scope: 'public', bodyLimit: 16 * 1024,
+      { method: 'POST', path: '/v1/billing/sandbox/checkout/:session', name: 'svc.billing.sandbox', scope: 'public', bodyLimit: 16 * 1024,
         handler: async (ctx, { params, body }) => sendPage(ctx, await sandboxSubmit(s, params.session!, body, ctx.headers.host)) },
     );
   }

@@ -1,12 +1,12 @@
 // GET /svc/v1/key: what the calling key is, what it may spend, what it has spent, and the account balance.
-import type { Services } from '../../server/app.js';
+import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { effectiveLimits } from '../../gate/admission.js';
 import { nanoToDollars } from '../../ledger/money.js';
 
 export function keyRoutes(s: Services): Route[] {
   return [{
-    method: 'GET', path: '/svc/v1/key', name: 'svc.key', scope: 'any',
+    method: 'GET', path: '/v1/key', name: 'svc.key', scope: 'any',
     handler: async (ctx) => {
       const key = ctx.key!;
       const [balance, spend] = await Promise.all([s.cache.balanceOf(key.accountId), s.cache.spendOf(key.id)]);

@@ -1,14 +1,30 @@
-// The in-process limiter: the same token bucket and hold rule as the Redis script, for a single instance.
-import type { AdmitInput, AdmitOutcome, Limiter } from './types.js';
+// The in-process limiter: the same admission, hold and pending-debit rules as the Redis scripts, for a single instance.
+import type { DebitJournal } from '../../ledger/journal.js';
+import type { AdmitInput, AdmitOutcome, CommittedState, Limiter, PendingDebit } from './types.js';
 
 interface Bucket { tokens: number; ts: number }
-interface AccountHolds { total: bigint; byKey: Map<string, { amount: bigint; n: number }>; holds: Map<string, { keyId: string; amount: bigint; exp: number }> }
+interface Spend { start: string; spent: bigint; version: bigint }
+interface Account {
+  /** Open holds plus pending debits. */
+  total: bigint;
+  byKey: Map<string, { amount: bigint; n: number }>;
+  holds: Map<string, { keyId: string; amount: bigint; exp: number }>;
+  pending: Map<string, { keyId: string; amount: bigint }>;
+  balance: { amount: bigint; version: bigint } | null;
+  spends: Map<string, Spend>;
+}
 
 export class MemoryLimiter implements Limiter {
   readonly kind = 'memory' as const;
   private readonly buckets = new Map<string, Bucket>();
-  private readonly accounts = new Map<string, AccountHolds>();
+  private readonly accounts = new Map<string, Account>();
+  /** Holds with a running record in the journal (released holds must cancel it). */
+  private readonly progressed = new Set<string>();
   private sweepAt = Date.now() + 60_000;
+  private replayed = false;
+
+  /** Without a journal, a debit between the response and its commit lives only in this process's memory. */
+  constructor(private readonly journal: DebitJournal | null = null) {}
 
   async admit(i: AdmitInput): Promise<AdmitOutcome> {
     return this.admitSync(i, Date.now());
@@ -16,11 +32,21 @@ export class MemoryLimiter implements Limiter {
 
   admitSync(i: AdmitInput, now: number): AdmitOutcome {
     if (now > this.sweepAt) this.sweep(now);
-    const acct = this.accounts.get(i.accountId) ?? { total: 0n, byKey: new Map(), holds: new Map() };
+    const acct = this.account(i.accountId);
     for (const [rid, h] of acct.holds) if (h.exp <= now) this.drop(acct, rid);
     const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
-    if (i.balance - acct.total <= 0n) return { ok: false, reason: 'insufficient_balance' };
-    if (i.ceiling !== null && i.periodSpent + mine.amount >= i.ceiling) return { ok: false, reason: 'key_spend_limit_reached' };
+    if (i.money) {
+      if (!acct.balance || acct.balance.version < i.balance.version) acct.balance = { ...i.balance };
+      const field = `${i.spent.period}:${i.keyId}`;
+      const cur = acct.spends.get(field);
+      if (!cur || cur.start < i.spent.start || (cur.start === i.spent.start && cur.version < i.spent.version)) {
+        acct.spends.set(field, { start: i.spent.start, spent: i.spent.amount, version: i.spent.version });
+      }
+      const s = acct.spends.get(field)!;
+      const spent = s.start === i.spent.start ? s.spent : 0n;
+      if (acct.balance.amount - acct.total <= 0n) return { ok: false, reason: 'insufficient_balance' };
+      if (i.ceiling !== null && spent + mine.amount >= i.ceiling) return { ok: false, reason: 'key_spend_limit_reached' };
+    }
     const rate = i.rpm / 60_000;
     const b = this.buckets.get(i.keyId) ?? { tokens: i.rpm, ts: now };
     const tokens = Math.min(i.rpm, b.tokens + (now - b.ts) * rate);
@@ -36,34 +62,105 @@ export class MemoryLimiter implements Limiter {
     mine.amount += i.hold; mine.n += 1;
     acct.byKey.set(i.keyId, mine);
     acct.total += i.hold;
-    acct.holds.set(i.requestId, { keyId: i.keyId, amount: i.hold, exp: now + i.ttlMs });
-    this.accounts.set(i.accountId, acct);
+    acct.holds.set(i.holdId, { keyId: i.keyId, amount: i.hold, exp: now + i.ttlMs });
     return { ok: true, remaining: Math.floor(b.tokens), resetMs: Math.ceil((i.rpm - b.tokens) / rate) };
   }
 
-  async release(accountId: string, requestId: string): Promise<void> {
+  async release(accountId: string, holdId: string): Promise<void> {
     const acct = this.accounts.get(accountId);
-    if (acct) this.drop(acct, requestId);
+    if (acct) this.drop(acct, holdId);
+    if (this.progressed.delete(holdId)) this.journal?.committed([holdId]);
+  }
+
+  async settle(holdId: string, d: PendingDebit, final: boolean): Promise<void> {
+    // The journal line first: once it is written, the debit survives this process.
+    this.journal?.record(d.id, d.entry);
+    const acct = this.account(d.accountId);
+    if (final) {
+      this.drop(acct, holdId);
+      if (this.progressed.delete(holdId) && d.id !== holdId) this.journal?.committed([holdId]);
+    }
+    this.addPending(acct, d);
+  }
+
+  progress(holdId: string, d: PendingDebit): void {
+    if (!this.journal) return;
+    this.journal.record(holdId, d.entry);
+    this.progressed.add(holdId);
+  }
+
+  async committed(accountId: string, ids: string[], state: CommittedState): Promise<void> {
+    const acct = this.account(accountId);
+    for (const id of ids) {
+      const p = acct.pending.get(id);
+      if (!p) continue;
+      acct.pending.delete(id);
+      acct.total -= p.amount;
+      const k = acct.byKey.get(p.keyId);
+      if (k) { k.amount -= p.amount; if (k.n === 0 && k.amount === 0n) acct.byKey.delete(p.keyId); }
+    }
+    if (state.balance && (!acct.balance || acct.balance.version < state.balance.version)) acct.balance = { ...state.balance };
+    for (const s of state.spends) {
+      const field = `${s.period}:${s.keyId}`;
+      const cur = acct.spends.get(field);
+      if (!cur || cur.start < s.start || (cur.start === s.start && cur.version < s.version)) acct.spends.set(field, { start: s.start, spent: s.spent, version: s.version });
+    }
+    this.journal?.committed(ids);
+  }
+
+  /** The journal's leftovers from this data dir's previous run, once: they count as pending until committed. */
+  async claimOrphans(): Promise<PendingDebit[]> {
+    if (this.replayed || !this.journal) return [];
+    this.replayed = true;
+    const out: PendingDebit[] = [];
+    for (const [id, entry] of this.journal.leftovers()) {
+      const e = JSON.parse(entry) as { accountId: string; keyId: string | null; amount: string };
+      const d = { id, accountId: e.accountId, keyId: e.keyId ?? '', amount: BigInt(e.amount), entry };
+      this.addPending(this.account(d.accountId), d);
+      out.push(d);
+    }
+    return out;
   }
 
   async openHolds(accountId: string): Promise<number> {
     return this.accounts.get(accountId)?.holds.size ?? 0;
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    this.journal?.close();
+  }
 
-  private drop(acct: AccountHolds, requestId: string): void {
-    const h = acct.holds.get(requestId);
+  private account(id: string): Account {
+    let a = this.accounts.get(id);
+    if (!a) {
+      a = { total: 0n, byKey: new Map(), holds: new Map(), pending: new Map(), balance: null, spends: new Map() };
+      this.accounts.set(id, a);
+    }
+    return a;
+  }
+
+  private addPending(acct: Account, d: PendingDebit): void {
+    const prior = acct.pending.get(d.id);
+    if (prior) { acct.total -= prior.amount; const k = acct.byKey.get(prior.keyId); if (k) k.amount -= prior.amount; }
+    acct.pending.set(d.id, { keyId: d.keyId, amount: d.amount });
+    acct.total += d.amount;
+    const k = acct.byKey.get(d.keyId) ?? { amount: 0n, n: 0 };
+    k.amount += d.amount;
+    acct.byKey.set(d.keyId, k);
+  }
+
+  private drop(acct: Account, holdId: string): void {
+    const h = acct.holds.get(holdId);
     if (!h) return;
-    acct.holds.delete(requestId);
+    acct.holds.delete(holdId);
     acct.total -= h.amount;
     const k = acct.byKey.get(h.keyId);
-    if (k) { k.amount -= h.amount; k.n -= 1; if (k.n === 0) acct.byKey.delete(h.keyId); }
+    if (k) { k.amount -= h.amount; k.n -= 1; if (k.n === 0 && k.amount === 0n) acct.byKey.delete(h.keyId); }
   }
 
   private sweep(now: number): void {
     this.sweepAt = now + 60_000;
     for (const [id, b] of this.buckets) if (now - b.ts > 120_000) this.buckets.delete(id);
-    for (const [id, a] of this.accounts) if (a.holds.size === 0) this.accounts.delete(id);
+    for (const [id, a] of this.accounts) if (a.holds.size === 0 && a.pending.size === 0) this.accounts.delete(id);
   }
 }

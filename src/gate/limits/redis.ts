@@ -1,41 +1,78 @@
-// The Redis limiter: one Lua script per admission (token bucket, concurrency, holds) so many instances agree.
+// The Redis limiter: admission, holds and pending debits in Lua scripts, so many instances agree and a dead one loses nothing.
 import { Redis } from 'ioredis';
-import type { AdmitInput, AdmitOutcome, Limiter } from './types.js';
+import { randomBytes } from 'node:crypto';
+import type { AdmitInput, AdmitOutcome, CommittedState, Limiter, PendingDebit } from './types.js';
 
-// Shared by both scripts: drop one hold and take its amount off the account's and the key's totals.
-const DROP = `
-local function drop(ah, hh, hz, r)
-  local rec = redis.call('HGET', hh, r)
-  redis.call('ZREM', hz, r)
-  if not rec then return end
-  local k, amt = string.match(rec, '^(.-)|(%d+)$')
-  if amt ~= '0' then
-    redis.call('HINCRBY', ah, 'total', '-' .. amt)
-    redis.call('HINCRBY', ah, 'a:' .. k, '-' .. amt)
+// Per account, under one hash tag:
+//   sum   hash: total (holds + pending debits), a:<key> (the key's share), n:<key> (its requests in flight),
+//               bal/bver (committed balance and its version), sd:<key>/sm:<key> ("start|spent|version")
+//   holds hash: hold id -> "key|amount|owner"      exp zset: hold id -> expiry (ms)
+//   run   hash: hold id -> "amount|entry"          (what an open stream has produced: billed if its owner dies)
+//   pend  hash: debit id -> "key|amount|owner|entry" (priced, not yet committed to PostgreSQL)
+// Globally: instances zset (owner -> last heartbeat, Redis time), inst:<owner>:accts set (accounts it touched).
+const LIB = `
+local function add(sum, k, amt)
+  if amt == '0' or amt == '-0' then return end
+  redis.call('HINCRBY', sum, 'total', amt)
+  if redis.call('HINCRBY', sum, 'a:' .. k, amt) == 0 then redis.call('HDEL', sum, 'a:' .. k) end
+end
+local function neg(amt) return '-' .. amt end
+-- Frees a hold: its amount, its slot, its running record. Returns its key id and amount, or nil.
+local function drop(sum, holds, exp, run, r)
+  local rec = redis.call('HGET', holds, r)
+  redis.call('ZREM', exp, r)
+  redis.call('HDEL', run, r)
+  if not rec then return nil end
+  local k, amt = string.match(rec, '^([^|]*)|(%d+)')
+  add(sum, k, neg(amt))
+  if redis.call('HINCRBY', sum, 'n:' .. k, -1) <= 0 then redis.call('HDEL', sum, 'n:' .. k) end
+  redis.call('HDEL', holds, r)
+  return k
+end
+-- Takes a committed value if it is newer than what Redis holds.
+local function newer_balance(sum, bal, ver)
+  if bal == '' then return end
+  local cur = redis.call('HGET', sum, 'bver')
+  if not cur or tonumber(cur) < tonumber(ver) then redis.call('HSET', sum, 'bal', bal, 'bver', ver) end
+end
+local function newer_spend(sum, field, start, spent, ver)
+  local cur = redis.call('HGET', sum, field)
+  if cur then
+    local s0, _, v0 = string.match(cur, '^([^|]*)|(%d+)|(%d+)$')
+    if s0 > start or (s0 == start and tonumber(v0) >= tonumber(ver)) then return end
   end
-  if redis.call('HINCRBY', ah, 'n:' .. k, -1) <= 0 then redis.call('HDEL', ah, 'n:' .. k, 'a:' .. k) end
-  redis.call('HDEL', hh, r)
+  redis.call('HSET', sum, field, start .. '|' .. spent .. '|' .. ver)
+end
+local function idle_expiry(sum, pend, ms)
+  if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
 end
 `;
 
-const ADMIT = `${DROP}
+// KEYS: sum holds exp run pend bucket. ARGV: hold key amount rpm conc money bal bver ceiling field start spent sver ttl owner
+const ADMIT = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ah, hh, hz, rb = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local sum, holds, exp, run, pend, rb = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local rid, kid, hold = ARGV[1], ARGV[2], ARGV[3]
-local rpm, conc, balance = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local ceiling, spent, ttl = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
-for _, r in ipairs(redis.call('ZRANGEBYSCORE', hz, '-inf', now, 'LIMIT', 0, 100)) do drop(ah, hh, hz, r) end
-local total = tonumber(redis.call('HGET', ah, 'total') or '0')
-local mineAmt = tonumber(redis.call('HGET', ah, 'a:' .. kid) or '0')
-local mineN = tonumber(redis.call('HGET', ah, 'n:' .. kid) or '0')
-if balance - total <= 0 then return {1} end
-if ceiling ~= '' and spent + mineAmt >= tonumber(ceiling) then return {2} end
+local rpm, conc, money = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local ttl, owner = tonumber(ARGV[14]), ARGV[15]
+for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do drop(sum, holds, exp, run, r) end
+if money == '1' then
+  newer_balance(sum, ARGV[7], ARGV[8])
+  newer_spend(sum, ARGV[10], ARGV[11], ARGV[12], ARGV[13])
+  local v = redis.call('HMGET', sum, 'bal', 'total', 'a:' .. kid, ARGV[10])
+  local bal, total, mine = tonumber(v[1]), tonumber(v[2] or '0'), tonumber(v[3] or '0')
+  if bal - total <= 0 then return {1} end
+  local s0, spent = string.match(v[4], '^([^|]*)|(%d+)|')
+  if s0 ~= ARGV[11] then spent = '0' end
+  if ARGV[9] ~= '' and tonumber(spent) + mine >= tonumber(ARGV[9]) then return {2} end
+end
 local b = redis.call('HMGET', rb, 't', 'ts')
 local rate = rpm / 60000
 local tokens = tonumber(b[1]) or rpm
 local ts = tonumber(b[2]) or now
 tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
+local mineN = tonumber(redis.call('HGET', sum, 'n:' .. kid) or '0')
 if tokens < 1 then
   redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
   redis.call('PEXPIRE', rb, 120000)
@@ -49,57 +86,174 @@ end
 tokens = tokens - 1
 redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
 redis.call('PEXPIRE', rb, 120000)
-redis.call('HSET', hh, rid, kid .. '|' .. hold)
-redis.call('ZADD', hz, now + ttl, rid)
-if hold ~= '0' then
-  redis.call('HINCRBY', ah, 'total', hold)
-  redis.call('HINCRBY', ah, 'a:' .. kid, hold)
-end
-redis.call('HINCRBY', ah, 'n:' .. kid, 1)
-for _, k in ipairs({ah, hh, hz}) do redis.call('PEXPIRE', k, ttl + 60000) end
+redis.call('HSET', holds, rid, kid .. '|' .. hold .. '|' .. owner)
+redis.call('ZADD', exp, now + ttl, rid)
+add(sum, kid, hold)
+redis.call('HINCRBY', sum, 'n:' .. kid, 1)
+for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, ttl + 60000) end
+idle_expiry(sum, pend, ttl + 60000)
 return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
 `;
 
-// Drops every hold named in ARGV: the releases of one account queued in one event-loop turn.
-const RELEASE = `${DROP}
-for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], r) end
+// KEYS: sum holds exp run. ARGV: the hold ids of one account released in one event-loop turn.
+const RELEASE = `${LIB}
+for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
 return #ARGV
 `;
 
+// KEYS: sum holds exp run pend. ARGV: hold debit key amount entry owner final
+const SETTLE = `${LIB}
+if ARGV[7] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]) end
+add(KEYS[1], ARGV[3], ARGV[4])
+redis.call('HSET', KEYS[5], ARGV[2], ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[6] .. '|' .. ARGV[5])
+redis.call('PERSIST', KEYS[1])
+return 1
+`;
+
+// KEYS: sum pend. ARGV: n, n debit ids, bal, bver, m, m x (field start spent version)
+const COMMITTED = `${LIB}
+local sum, pend = KEYS[1], KEYS[2]
+local n = tonumber(ARGV[1])
+for i = 2, n + 1 do
+  local rec = redis.call('HGET', pend, ARGV[i])
+  if rec then
+    local k, amt = string.match(rec, '^([^|]*)|(%d+)|')
+    add(sum, k, neg(amt))
+    redis.call('HDEL', pend, ARGV[i])
+  end
+end
+newer_balance(sum, ARGV[n + 2], ARGV[n + 3])
+local m = tonumber(ARGV[n + 4])
+for j = 0, m - 1 do
+  local o = n + 5 + j * 4
+  newer_spend(sum, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3])
+end
+idle_expiry(sum, pend, 300000)
+return n
+`;
+
+// KEYS: sum holds exp run pend. ARGV: dead owner, new owner.
+// The dead owner's holds are freed (a running record becomes a pending debit) and its pending debits
+// become the new owner's; returns them as flat (id, key, amount, entry) quadruples.
+const TAKEOVER = `${LIB}
+local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local dead, me = ARGV[1], ARGV[2]
+local all = redis.call('HGETALL', holds)
+for i = 1, #all, 2 do
+  local r = all[i]
+  local k, _, owner = string.match(all[i + 1], '^([^|]*)|(%d+)|(.*)$')
+  if owner == dead then
+    local progress = redis.call('HGET', run, r)
+    drop(sum, holds, exp, run, r)
+    if progress then
+      local amt, entry = string.match(progress, '^(%d+)|(.*)$')
+      add(sum, k, amt)
+      redis.call('HSET', pend, r, k .. '|' .. amt .. '|' .. dead .. '|' .. entry)
+    end
+  end
+end
+local out = {}
+local p = redis.call('HGETALL', pend)
+for i = 1, #p, 2 do
+  local k, amt, owner, entry = string.match(p[i + 1], '^([^|]*)|(%d+)|([^|]*)|(.*)$')
+  if owner == dead then
+    redis.call('HSET', pend, p[i], k .. '|' .. amt .. '|' .. me .. '|' .. entry)
+    table.insert(out, p[i]); table.insert(out, k); table.insert(out, amt); table.insert(out, entry)
+  end
+end
+if #p > 0 then redis.call('PERSIST', sum) end
+return out
+`;
+
+// KEYS: instances. ARGV: owner. Records a heartbeat in Redis time.
+const BEAT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+return now
+`;
+
+// KEYS: instances. ARGV: silence (ms). Owners not heard from for that long.
+const SILENT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LIMIT', 0, 16)
+`;
+
 type Scripted = Redis & {
-  tgAdmit(ah: string, hh: string, hz: string, rb: string, ...args: string[]): Promise<number[]>;
-  tgRelease(ah: string, hh: string, hz: string, ...rids: string[]): Promise<number>;
+  tgAdmit(...args: string[]): Promise<number[]>;
+  tgRelease(...args: string[]): Promise<number>;
+  tgSettle(...args: string[]): Promise<number>;
+  tgCommitted(...args: string[]): Promise<number>;
+  tgTakeover(...args: string[]): Promise<string[]>;
+  tgBeat(...args: string[]): Promise<number>;
+  tgSilent(...args: string[]): Promise<string[]>;
 };
 
-interface ReleaseBatch { ids: string[]; done: Promise<void>; settle(err?: unknown): void }
+interface Batch<T> { items: T[]; done: Promise<void>; settle(err?: unknown): void }
+
+/** A heartbeat every second; an owner silent for 5 s is dead and its holds and debits are taken over. */
+export const HEARTBEAT_MS = 1000;
+export const DEAD_AFTER_MS = 5000;
 
 export class RedisLimiter implements Limiter {
   readonly kind = 'redis' as const;
+  /** This process's name in hold and debit records. */
+  readonly owner = `i${randomBytes(6).toString('hex')}`;
   private readonly redis: Scripted;
-  /** Releases waiting for the end of this event-loop turn, by account: one script call each. */
-  private releases = new Map<string, ReleaseBatch>();
+  private releases = new Map<string, Batch<string>>();
+  private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
+  /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
+  private readonly listed = new Set<string>();
+  private beat: NodeJS.Timeout | undefined;
 
   constructor(url: string, private readonly prefix: string) {
     const r = new Redis(url, { maxRetriesPerRequest: 2, enableAutoPipelining: true, lazyConnect: false });
-    r.defineCommand('tgAdmit', { numberOfKeys: 4, lua: ADMIT });
-    r.defineCommand('tgRelease', { numberOfKeys: 3, lua: RELEASE });
+    r.defineCommand('tgAdmit', { numberOfKeys: 6, lua: ADMIT });
+    r.defineCommand('tgRelease', { numberOfKeys: 4, lua: RELEASE });
+    r.defineCommand('tgSettle', { numberOfKeys: 5, lua: SETTLE });
+    r.defineCommand('tgCommitted', { numberOfKeys: 2, lua: COMMITTED });
+    r.defineCommand('tgTakeover', { numberOfKeys: 5, lua: TAKEOVER });
+    r.defineCommand('tgBeat', { numberOfKeys: 1, lua: BEAT });
+    r.defineCommand('tgSilent', { numberOfKeys: 1, lua: SILENT });
     this.redis = r as Scripted;
   }
 
   async ready(): Promise<void> {
     await this.redis.ping();
+    await this.redis.tgBeat(this.instancesKey(), this.owner);
+    const tick = () => {
+      this.redis.tgBeat(this.instancesKey(), this.owner).catch(() => undefined);
+      this.beat = setTimeout(tick, HEARTBEAT_MS);
+      this.beat.unref();
+    };
+    this.beat = setTimeout(tick, HEARTBEAT_MS);
+    this.beat.unref();
   }
 
-  private acctKeys(accountId: string): [string, string, string] {
+  private instancesKey(): string { return `${this.prefix}instances`; }
+  private accountsOf(owner: string): string { return `${this.prefix}inst:${owner}:accts`; }
+
+  private keys(accountId: string): [string, string, string, string, string] {
     const p = `${this.prefix}{${accountId}}`;
-    return [`${p}:holdsum`, `${p}:holds`, `${p}:holdexp`];
+    return [`${p}:holdsum`, `${p}:holds`, `${p}:holdexp`, `${p}:run`, `${p}:pend`];
+  }
+
+  /** Lists the account under this owner before anything of this owner's is recorded in it (same connection, so in order). */
+  private list(accountId: string): void {
+    if (this.listed.has(accountId)) return;
+    this.listed.add(accountId);
+    this.redis.sadd(this.accountsOf(this.owner), accountId).catch(() => this.listed.delete(accountId));
   }
 
   async admit(i: AdmitInput): Promise<AdmitOutcome> {
-    const [ah, hh, hz] = this.acctKeys(i.accountId);
-    const r = await this.redis.tgAdmit(ah, hh, hz, `${this.prefix}rpm:${i.keyId}`,
-      i.requestId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.balance.toString(),
-      i.ceiling === null ? '' : i.ceiling.toString(), i.periodSpent.toString(), String(i.ttlMs));
+    this.list(i.accountId);
+    const [sum, holds, exp, run, pend] = this.keys(i.accountId);
+    const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
+    const r = await this.redis.tgAdmit(sum, holds, exp, run, pend, `${this.prefix}rpm:${i.keyId}`,
+      i.holdId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.money ? '1' : '0',
+      i.balance.amount.toString(), i.balance.version.toString(), i.ceiling === null ? '' : i.ceiling.toString(),
+      field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs), this.owner);
     switch (r[0]) {
       case 0: return { ok: true, remaining: r[1]!, resetMs: r[2]! };
       case 1: return { ok: false, reason: 'insufficient_balance' };
@@ -110,37 +264,107 @@ export class RedisLimiter implements Limiter {
   }
 
   /**
-   * Queues the hold's release and sends the turn's releases of each account as one script call
-   * (after the turn's I/O, in `setImmediate`): a group commit settles tens of requests at once, and
-   * one call per request cost Redis and ioredis CPU for nothing. Resolves when the hold is gone.
+   * Queues the hold's release; the turn's releases of each account go as one script call (after the
+   * turn's I/O, in `setImmediate`): one call per request cost Redis and ioredis CPU for nothing.
    */
-  release(accountId: string, requestId: string): Promise<void> {
-    let batch = this.releases.get(accountId);
-    if (!batch) {
-      if (this.releases.size === 0) setImmediate(() => this.flushReleases());
-      let settle!: (err?: unknown) => void;
-      const done = new Promise<void>((resolve, reject) => { settle = (err) => (err === undefined ? resolve() : reject(err)); });
-      batch = { ids: [], done, settle };
-      this.releases.set(accountId, batch);
-    }
-    batch.ids.push(requestId);
-    return batch.done;
+  release(accountId: string, holdId: string): Promise<void> {
+    return this.queue(this.releases, accountId, holdId, () => this.flushReleases());
   }
 
   private flushReleases(): void {
     const due = this.releases;
     this.releases = new Map();
     for (const [accountId, b] of due) {
-      const [ah, hh, hz] = this.acctKeys(accountId);
-      this.redis.tgRelease(ah, hh, hz, ...b.ids).then(() => b.settle(), (err: unknown) => b.settle(err ?? new Error('release failed')));
+      const [sum, holds, exp, run] = this.keys(accountId);
+      this.redis.tgRelease(sum, holds, exp, run, ...b.items).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('release failed')));
     }
   }
 
-  async openHolds(accountId: string): Promise<number> {
-    return this.redis.hlen(this.acctKeys(accountId)[1]);
+  async settle(holdId: string, d: PendingDebit, final: boolean): Promise<void> {
+    this.list(d.accountId);
+    const [sum, holds, exp, run, pend] = this.keys(d.accountId);
+    await this.redis.tgSettle(sum, holds, exp, run, pend, holdId, d.id, d.keyId, d.amount.toString(), d.entry, this.owner, final ? '1' : '0');
   }
 
-  async close(): Promise<void> {
+  progress(holdId: string, d: PendingDebit): void {
+    const run = this.keys(d.accountId)[3];
+    this.redis.hset(run, holdId, `${d.amount}|${d.entry}`).catch(() => undefined);
+  }
+
+  committed(accountId: string, ids: string[], state: CommittedState): Promise<void> {
+    return this.queue(this.commits, accountId, { ids, state }, () => this.flushCommits());
+  }
+
+  private flushCommits(): void {
+    const due = this.commits;
+    this.commits = new Map();
+    for (const [accountId, b] of due) {
+      const [sum, , , , pend] = this.keys(accountId);
+      const ids = b.items.flatMap((x) => x.ids);
+      // The newest committed balance and spends among the batch's commits.
+      let bal: CommittedState['balance'] = null;
+      const spends = new Map<string, CommittedState['spends'][number]>();
+      for (const { state } of b.items) {
+        if (state.balance && (!bal || state.balance.version > bal.version)) bal = state.balance;
+        for (const s of state.spends) {
+          const f = `${s.period === 'day' ? 'sd' : 'sm'}:${s.keyId}`;
+          const cur = spends.get(f);
+          if (!cur || s.start > cur.start || (s.start === cur.start && s.version > cur.version)) spends.set(f, s);
+        }
+      }
+      const args = [String(ids.length), ...ids, bal ? bal.amount.toString() : '', bal ? bal.version.toString() : '', String(spends.size)];
+      for (const [f, s] of spends) args.push(f, s.start, s.spent.toString(), s.version.toString());
+      this.redis.tgCommitted(sum, pend, ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('commit record failed')));
+    }
+  }
+
+  private queue<T>(map: Map<string, Batch<T>>, accountId: string, item: T, flush: () => void): Promise<void> {
+    let batch = map.get(accountId);
+    if (!batch) {
+      if (map.size === 0) setImmediate(flush);
+      let settle!: (err?: unknown) => void;
+      const done = new Promise<void>((resolve, reject) => { settle = (err) => (err === undefined ? resolve() : reject(err)); });
+      batch = { items: [], done, settle };
+      map.set(accountId, batch);
+    }
+    batch.items.push(item);
+    return batch.done;
+  }
+
+  /**
+   * Takes over every owner silent for DEAD_AFTER_MS: one live instance wins each (a lease), frees the
+   * dead one's holds, turns its running records into debits, and re-owns its pending debits (listing
+   * their accounts under itself first, so its own death would hand them on again).
+   */
+  async claimOrphans(): Promise<PendingDebit[]> {
+    const out: PendingDebit[] = [];
+    const dead = (await this.redis.tgSilent(this.instancesKey(), String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
+    for (const d of dead) {
+      const lease = `${this.prefix}recover:${d}`;
+      if ((await this.redis.set(lease, this.owner, 'PX', 30_000, 'NX')) !== 'OK') continue;
+      const accounts = await this.redis.smembers(this.accountsOf(d));
+      for (const accountId of accounts) {
+        if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.add(accountId); }
+        const flat = await this.redis.tgTakeover(...this.keys(accountId), d, this.owner);
+        for (let i = 0; i < flat.length; i += 4) {
+          out.push({ id: flat[i]!, accountId, keyId: flat[i + 1]!, amount: BigInt(flat[i + 2]!), entry: flat[i + 3]! });
+        }
+      }
+      await this.redis.multi().zrem(this.instancesKey(), d).del(this.accountsOf(d)).del(lease).exec();
+    }
+    return out;
+  }
+
+  async openHolds(accountId: string): Promise<number> {
+    return this.redis.hlen(this.keys(accountId)[1]);
+  }
+
+  /** Stops the heartbeat; with nothing of this owner left pending, it also leaves the instance list. */
+  async close(nothingPending = true): Promise<void> {
+    if (this.beat) clearTimeout(this.beat);
+    if (nothingPending) {
+      await this.redis.multi().zrem(this.instancesKey(), this.owner).del(this.accountsOf(this.owner)).exec().catch(() => undefined);
+    }
     await this.redis.quit().catch(() => this.redis.disconnect());
   }
 }

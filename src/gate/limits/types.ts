@@ -1,16 +1,24 @@
-// The limiter contract: one atomic step that checks money, rpm and concurrency and places the in-flight hold.
+// The limiter contract: atomic admission (money, rpm, concurrency, hold), and the durable record of priced debits until they commit.
+
+/** A value as PostgreSQL last committed it, with the change-feed version that orders it. */
+export interface Versioned { amount: bigint; version: bigint }
+
+/** The key's spend in the period its ceiling applies to (a UTC day or month starting at `start`). */
+export interface PeriodSpend extends Versioned { period: 'day' | 'month'; start: string }
 
 export interface AdmitInput {
-  requestId: string;
+  holdId: string;
   accountId: string;
   keyId: string;
   rpm: number;
   concurrency: number;
+  /** false: an unbilled request (listing models, key inspection): rpm and concurrency only. */
+  money: boolean;
   hold: bigint;             // worst-case cost of this request, nanodollars
-  balance: bigint;          // settled balance as this instance knows it
+  balance: Versioned;       // the account's committed balance as this instance knows it
   ceiling: bigint | null;   // the key's spend limit for its period, or none
-  periodSpent: bigint;      // the key's settled spend in that period
-  ttlMs: number;            // a hold whose request died is dropped after this
+  spent: PeriodSpend;       // the key's committed spend in that period as this instance knows it
+  ttlMs: number;            // a hold whose owner is alive but lost it is dropped after this
 }
 
 export type AdmitOutcome =
@@ -19,11 +27,49 @@ export type AdmitOutcome =
   | { ok: false; reason: 'rate_limit_exceeded'; remaining: number; resetMs: number; retryMs: number }
   | { ok: false; reason: 'concurrency_limit_exceeded'; inFlight: number; remaining: number; resetMs: number };
 
+/**
+ * A priced debit between the response and its ledger commit. Until `committed`, it counts against
+ * the account's balance and the key's ceiling at its actual amount, in place of its hold's worst case.
+ */
+export interface PendingDebit {
+  /** The hold it came from plus its part (`#seq`) when a long session settles in parts. */
+  id: string;
+  accountId: string;
+  keyId: string;
+  amount: bigint;
+  /** The ledger entry, serialised (LedgerEntry with the amount as a string): what recovery commits. */
+  entry: string;
+}
+
+/** What a group commit left in PostgreSQL, carried to the limiter so admission reads it at once. */
+export interface CommittedState {
+  balance: Versioned | null;
+  spends: { keyId: string; period: 'day' | 'month'; start: string; spent: bigint; version: bigint }[];
+}
+
 export interface Limiter {
   readonly kind: 'memory' | 'redis';
   admit(input: AdmitInput): Promise<AdmitOutcome>;
-  release(accountId: string, requestId: string): Promise<void>;
+  /** Drops a hold: the request billed nothing. */
+  release(accountId: string, holdId: string): Promise<void>;
+  /**
+   * Replaces a hold by its priced debit (final) or adds a part beside it (not final), durably: in
+   * Redis in the same script that frees the hold, in process through an append-only journal.
+   * Resolves once it is durable; the ledger commit comes after.
+   */
+  settle(holdId: string, debit: PendingDebit, final: boolean): Promise<void>;
+  /** Records what an open hold has produced so far, so that a crash still bills it. Best effort. */
+  progress(holdId: string, debit: PendingDebit): void;
+  /** The debits are in the ledger: they stop counting as pending; the committed state replaces them. */
+  committed(accountId: string, ids: string[], state: CommittedState): Promise<void>;
+  /**
+   * Debits left uncommitted by a process that died (Redis: any instance whose heartbeat stopped,
+   * with its holds released; in process: the journal of this data dir's previous run). Each is
+   * handed to one live instance, which commits it and calls `committed`.
+   */
+  claimOrphans(): Promise<PendingDebit[]>;
   /** Open holds (for invariants in tests and for /metrics). */
   openHolds(accountId: string): Promise<number>;
-  close(): Promise<void>;
+  /** Closes; `nothingPending` false leaves this owner's uncommitted debits for a live instance to take over. */
+  close(nothingPending?: boolean): Promise<void>;
 }

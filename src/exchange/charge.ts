@@ -1,0 +1,127 @@
+// A Charge: the worst case held at admission, then the priced usage settled durably (once, or in parts), or released.
+import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
+import type { PendingDebit } from '../gate/limits/types.js';
+import type { KeyRecord } from '../store/keys.js';
+import { base62 } from '../store/ids.js';
+import { price, type UnitPrices, type Units } from '../ledger/pricing.js';
+import { serializeEntry, type LedgerEntry } from '../ledger/settle.js';
+import type { Nanodollars } from '../ledger/money.js';
+import { log } from '../observe/log.js';
+import { isZero, usageRecord, type Usage } from './usage.js';
+import type { Committer } from './committer.js';
+
+export interface ChargeDeps { admission: AdmissionDeps; committer: Committer }
+
+export interface ChargeSpec {
+  key: KeyRecord;
+  /** The idempotency key of the debit: the request id (a session id, a batch id + custom id). */
+  id: string;
+  /** What is priced and named in the ledger. */
+  model: { id: string; prices: UnitPrices };
+  /** The most this exchange can consume: its hold. */
+  worst: Units;
+  /** The ledger entry's reason (the route). */
+  reason: string;
+}
+
+/** A running record is written at the first output and then at most this often. */
+const PROGRESS_EVERY_MS = 1000;
+
+/**
+ * Reserve, then return what was used (TensorZero's rate limiter does the same): `open` admits and
+ * holds the worst case; `settle` prices the usage and makes the debit durable before it resolves
+ * (one Redis script, or one journal write), and the ledger commit follows without anyone waiting
+ * on it. Nothing used is ever billed twice: each debit carries the idempotency key and this
+ * attempt's nonce, so a retry or a recovery of the same debit is stored once.
+ */
+export class Charge {
+  private progressAt = 0;
+  private state: 'open' | 'settled' | 'released' = 'open';
+
+  private constructor(private readonly d: ChargeDeps, private readonly spec: ChargeSpec, private readonly hold: Hold,
+    /** Unique per attempt: tells a retried settle of this debit from a client reusing its request id. */
+    private readonly nonce: string) {}
+
+  static async open(d: ChargeDeps, spec: ChargeSpec): Promise<Charge> {
+    const nonce = base62(12);
+    const hold = await admit(d.admission, spec.key, `${spec.id}/${nonce}`, price(spec.model.prices, spec.worst));
+    return new Charge(d, spec, hold, nonce);
+  }
+
+  get rateHeaders(): Record<string, string> { return this.hold.rateHeaders; }
+  get held(): bigint { return this.hold.amount; }
+  get isOpen(): boolean { return this.state === 'open'; }
+
+  /** What `usage` costs at this exchange's prices. */
+  cost(u: Usage): Nanodollars { return price(this.spec.model.prices, u); }
+
+  /**
+   * Records what has been produced so far, so that if this process dies before `settle`, another
+   * instance (or this data dir's next start) bills it. Throttled; skipped while it costs nothing.
+   */
+  progress(u: Usage): void {
+    if (!this.progressDue()) return;
+    const cost = this.cost(u);
+    if (cost === 0n) return;
+    this.progressAt = Date.now();
+    this.hold.progress(this.debit(this.entry(u, cost, {}), undefined).debit);
+  }
+
+  /** A running record would be written now (open, and none written in the last second). */
+  progressDue(): boolean {
+    return this.state === 'open' && Date.now() - this.progressAt >= PROGRESS_EVERY_MS;
+  }
+
+  /**
+   * Prices `u` and makes its debit durable; the commit to PostgreSQL follows after. Final (the
+   * default): the hold is freed. A part (`seq`, not final): the hold stays for what is to come.
+   * Zero usage bills nothing and only frees the hold.
+   */
+  async settle(u: Usage, opts: { seq?: number; final?: boolean; extra?: Record<string, unknown> } = {}): Promise<{ cost: Nanodollars }> {
+    const final = opts.final ?? true;
+    if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
+    const cost = this.cost(u);
+    if (isZero(u)) {
+      if (final) await this.release();
+      return { cost };
+    }
+    if (final) this.state = 'settled';
+    const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq);
+    const { debit } = this.debit(entry, opts.seq);
+    try {
+      await this.hold.settle(debit, final);
+    } catch (e) {
+      // The durable record could not be written (Redis unreachable): commit now, with the caller waiting.
+      log('warn', 'durable settle failed; committing directly', { debit: debit.id, error: String((e as Error)?.message ?? e) });
+      await this.d.committer.commitNow(entry);
+      if (final) await this.hold.release();
+      return { cost };
+    }
+    this.d.committer.enqueue(debit, entry);
+    return { cost };
+  }
+
+  /** Frees the hold: nothing billed (a failed request). */
+  async release(): Promise<void> {
+    if (this.state !== 'open') return;
+    this.state = 'released';
+    await this.hold.release();
+  }
+
+  private entry(u: Usage, cost: Nanodollars, extra: Record<string, unknown>, seq?: number): LedgerEntry {
+    return {
+      idemKey: seq === undefined ? this.spec.id : `${this.spec.id}#${seq}`, nonce: this.nonce,
+      accountId: this.spec.key.accountId, keyId: this.spec.key.id, kind: 'debit', amount: cost,
+      reason: this.spec.reason, model: this.spec.model.id, usage: usageRecord(u, extra), at: new Date(),
+    };
+  }
+
+  private debit(entry: LedgerEntry, seq: number | undefined): { debit: PendingDebit } {
+    return {
+      debit: {
+        id: seq === undefined ? this.hold.id : `${this.hold.id}#${seq}`, accountId: entry.accountId, keyId: this.spec.key.id,
+        amount: entry.amount, entry: serializeEntry(entry),
+      },
+    };
+  }
+}

@@ -1,0 +1,93 @@
+// Commits priced debits to the ledger after their responses are out, in the settler's group commits, retrying until they land.
+import type { Db } from '../store/db.js';
+import type { Settler, LedgerEntry, SettleResult } from '../ledger/settle.js';
+import type { CommittedState, Limiter, PendingDebit } from '../gate/limits/types.js';
+import { periodStarts } from '../ledger/periods.js';
+import { log } from '../observe/log.js';
+
+const RETRY_FIRST_MS = 250;
+const RETRY_MAX_MS = 5_000;
+
+/**
+ * A debit reaches here once it is durable (in Redis, or in the journal): nothing waits on the
+ * commit but the limiter's record of it, which moves from "pending" to "committed" when it lands.
+ * A commit that fails (PostgreSQL unreachable) is retried with backoff; the debit keeps counting
+ * against the balance and the ceiling meanwhile, and is never dropped.
+ */
+export class Committer {
+  private inFlight = 0;
+  private failing = 0;
+  private closed = false;
+  commitsFailed = 0;
+
+  constructor(private readonly settler: Settler, private readonly limiter: Limiter, private readonly db: Db) {}
+
+  /** Debits recorded and not yet committed by this instance. */
+  get pending(): number { return this.inFlight; }
+
+  /** Debits whose last commit attempt failed. */
+  get retrying(): number { return this.failing; }
+
+  enqueue(debit: PendingDebit, entry: LedgerEntry): void {
+    this.inFlight++;
+    void this.attempt(debit, entry, 0);
+  }
+
+  private async attempt(debit: PendingDebit, entry: LedgerEntry, tries: number): Promise<void> {
+    let result: SettleResult;
+    try {
+      result = await this.settler.submit(entry);
+    } catch (e) {
+      this.commitsFailed++;
+      if (tries === 0) this.failing++;
+      if (tries === 0 || tries % 20 === 0) log('warn', 'debit commit failed; retrying', { debit: debit.id, tries: tries + 1, error: String((e as Error)?.message ?? e) });
+      const wait = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.min(tries, 5));
+      setTimeout(() => { void this.attempt(debit, entry, tries + 1); }, this.closed ? 50 : wait).unref();
+      return;
+    }
+    if (tries > 0) this.failing--;
+    try {
+      const state = result.balance !== null ? stateOf(result, entry.keyId) : await currentState(this.db, entry.accountId, entry.keyId);
+      await this.limiter.committed(debit.accountId, [debit.id], state);
+    } catch (e) {
+      // In the ledger already; only the limiter's record is left behind. It is counted against the
+      // balance until it expires or this instance's successor takes it over (and finds it committed).
+      log('warn', 'committed debit not cleared from the limiter', { debit: debit.id, error: String((e as Error)?.message ?? e) });
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  /** Commits one entry with the caller waiting (when no durable record could be written first). */
+  async commitNow(entry: LedgerEntry): Promise<void> {
+    await this.settler.submit(entry);
+  }
+
+  /** Resolves once every debit handed in so far has committed, or the deadline passed (they stay durable). */
+  async drain(deadline: number): Promise<boolean> {
+    this.closed = true;
+    while (this.inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    return this.inFlight === 0;
+  }
+}
+
+function stateOf(r: SettleResult, keyId: string | null): CommittedState {
+  return {
+    balance: r.balance !== null && r.version !== null ? { amount: r.balance, version: r.version } : null,
+    spends: keyId ? r.spends.map((s) => ({ keyId, period: s.period, start: s.start, spent: s.spent, version: s.version })) : [],
+  };
+}
+
+/** The account's and key's committed state read back (a debit that was in the ledger already moved nothing this time). */
+async function currentState(db: Db, accountId: string, keyId: string | null): Promise<CommittedState> {
+  const a = await db.query('SELECT balance_nd, version FROM accounts WHERE id = $1', [accountId]);
+  const row = a.rows[0];
+  const spends: CommittedState['spends'] = [];
+  if (keyId) {
+    const { day, month } = periodStarts(new Date());
+    const s = await db.query(`SELECT period, to_char(period_start, 'YYYY-MM-DD') AS start, spent_nd, version FROM key_spend
+      WHERE key_id = $1 AND ((period = 'day' AND period_start = $2) OR (period = 'month' AND period_start = $3))`, [keyId, day, month]);
+    for (const r of s.rows) spends.push({ keyId, period: r.period as 'day' | 'month', start: r.start as string, spent: r.spent_nd as bigint, version: r.version as bigint });
+  }
+  return { balance: row ? { amount: row.balance_nd as bigint, version: row.version as bigint } : null, spends };
+}

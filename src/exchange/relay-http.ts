@@ -1,0 +1,129 @@
+// One HTTP relay for any metered reply: upstream bytes through the meter to the client, with backpressure, an idle cut and one settle.
+import type { IncomingMessage } from 'node:http';
+import type { GatewayError } from '../errors.js';
+import type { UpstreamCall } from '../proxy/upstream.js';
+import { upstreamMalformed } from '../proxy/upstream.js';
+import { log } from '../observe/log.js';
+import type { Charge } from './charge.js';
+import type { Meter } from './meter.js';
+
+/** The client side of an exchange, as the front end provides it (no transport type leaks in here). */
+export interface Downstream {
+  readonly aborted: boolean;
+  onAbort(fn: () => void): void;
+  send(status: number, body: string | Buffer | Uint8Array, headers: Record<string, string>, contentType: string): void;
+  begin(status: number, headers: Record<string, string>): void;
+  /** Resolves at once (undefined) or when the client has drained its backlog. */
+  write(chunk: Uint8Array | string): Promise<void> | undefined;
+  end(chunk?: Uint8Array | string): void;
+  /** Cuts the response short (a stream that cannot be completed honestly). */
+  close(): void;
+  /** Time spent waiting on the upstream, for metrics. */
+  upstreamNs: bigint;
+}
+
+export interface Relay {
+  down: Downstream;
+  charge: Charge;
+  call: UpstreamCall;
+  meter: Meter;
+  /** The family's reading of an upstream error reply. */
+  upstreamError(res: IncomingMessage): Promise<GatewayError>;
+  /** A reply that sends nothing for this long is cut (and billed for what it produced). */
+  idleMs: number;
+  requestId: string;
+  /** Named in the log when a stream breaks. */
+  label: string;
+}
+
+/** The largest buffered reply read from an upstream. */
+const MAX_BUFFERED = 64 * 1024 * 1024;
+
+/**
+ * Waits for the upstream's answer; an error status, an unreachable host or a timeout bills nothing.
+ * A 200 is metered as it passes: a buffered reply is priced, made durable, then sent whole; a
+ * stream is forwarded read by read and, when it ends, breaks or the client leaves, billed for what
+ * it produced. The ledger commit never holds the response.
+ */
+export async function relay(r: Relay): Promise<void> {
+  const started = process.hrtime.bigint();
+  r.down.onAbort(r.call.abort);
+  let res: IncomingMessage;
+  try {
+    res = await r.call.response;
+    if (res.statusCode !== 200) throw await r.upstreamError(res);
+  } catch (e) {
+    await r.charge.release();
+    throw e;
+  }
+  const head = r.meter.onResponse(res.headers);
+  const headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
+  res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
+  if (r.meter.mode === 'buffered') await buffered(r, res, started, head.contentType, headers);
+  else await streamed(r, res, started, head.contentType, headers);
+}
+
+async function buffered(r: Relay, res: IncomingMessage, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
+  let body: Buffer | string;
+  try {
+    await read(res, r.meter);
+    r.down.upstreamNs = process.hrtime.bigint() - started;
+    body = r.meter.onEnd(true);
+  } catch (e) {
+    await r.charge.release();
+    throw e;
+  }
+  await r.charge.settle(r.meter.usage());
+  r.down.send(200, body, headers, contentType);
+}
+
+/** Feeds a whole reply to the meter (bounded); a reply cut short is malformed. */
+function read(res: IncomingMessage, meter: Meter): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let size = 0;
+    res.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BUFFERED) { res.destroy(); reject(upstreamMalformed()); return; }
+      meter.onData(chunk);
+    });
+    res.once('end', () => (res.complete ? resolve() : reject(upstreamMalformed())));
+    res.once('error', () => reject(upstreamMalformed()));
+    res.once('close', () => { if (!res.complete) reject(upstreamMalformed()); });
+  });
+}
+
+async function streamed(r: Relay, res: IncomingMessage, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
+  const { down, meter, charge } = r;
+  down.begin(200, { 'content-type': contentType, 'cache-control': 'no-cache', ...headers });
+  let broken = false;
+  try {
+    for await (const chunk of res) {
+      const out = meter.onData(chunk as Buffer);
+      if (out.length > 0) { const wait = down.write(out); if (wait) await wait; }
+      if (meter.produced && charge.progressDue()) charge.progress(meter.usage());
+      if (down.aborted) break;
+    }
+    if (!res.complete && !down.aborted) broken = true;
+  } catch {
+    broken = !down.aborted;
+  }
+  down.upstreamNs = process.hrtime.bigint() - started;
+  const tail = meter.onEnd(!broken && !down.aborted);
+  if (tail.length > 0 && !down.aborted) down.write(tail);
+  if (!meter.done && !down.aborted) broken = true;
+  // Complete: the upstream's final usage. Dropped or broken: the prompt plus what was produced so far.
+  try {
+    await charge.settle(meter.usage(), { extra: down.aborted ? { client_dropped: true } : {} });
+  } catch (e) {
+    log('error', 'settle failed', { request_id: r.requestId, error: String((e as Error)?.message ?? e) });
+    down.close();
+    return;
+  }
+  if (broken) {
+    // Headers are out: the only honest signal left is to cut the stream short.
+    log('warn', 'upstream stream broke', { request_id: r.requestId, model: r.label });
+    down.close();
+    return;
+  }
+  down.end();
+}

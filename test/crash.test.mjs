@@ -1,0 +1,319 @@
+// kill -9 under load: every request a client was served is billed exactly once, no debit exists without a
+// request, and no hold outlives the dead instance — on PostgreSQL + Redis (two instances) and on the embedded store.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from '../node_modules/pg/lib/index.js';
+import { Redis } from '../node_modules/ioredis/built/index.js';
+import { startGateway, freshDatabase, clearRedisPrefix, bearer, chatBody, priceNano, dollarsToNano, REDIS_URL } from './helpers/gateway.mjs';
+
+const UPSTREAMS = { sim: { sim: { token_delay_ms: 2 } } };
+const BUFFERED = { max_tokens: 16 };
+const STREAMED = { stream: true, max_tokens: 200, stream_options: { include_usage: true } };
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** At most the first 10 ids, for failure messages. */
+const first10 = (ids) => (ids.length > 10 ? `${ids.slice(0, 10).join(', ')}, … (${ids.length} in all)` : ids.join(', '));
+
+/**
+ * One chat request with its own x-request-id. Buffered: `complete` once the whole 200 body is read.
+ * Streamed: `content` once a data event carried non-empty delta.content, `done` once `data: [DONE]` arrived,
+ * `ended` once the body ended cleanly; `complete` = done (the stream reached [DONE]).
+ */
+async function oneRequest(gw, key, id, kind) {
+  const rec = { id, kind, gw: gw.name, status: 0, content: false, done: false, ended: false, complete: false, usage: null, error: null };
+  try {
+    const res = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST', headers: { ...bearer(key), 'x-request-id': id }, body: chatBody(kind === 'stream' ? STREAMED : BUFFERED),
+    });
+    rec.status = res.status;
+    if (kind === 'buffered' || res.status !== 200) {
+      const text = await res.text();
+      if (res.status === 200) {
+        const j = JSON.parse(text);
+        rec.usage = j.usage ?? null;
+        rec.complete = true;
+      }
+      return rec;
+    }
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    const onEvent = (ev) => {
+      for (const line of ev.split('\n')) {
+        if (!line.startsWith('data:')) continue;
+        const data = line.slice(5).trimStart();
+        if (data === '[DONE]') { rec.done = true; continue; }
+        const j = JSON.parse(data);
+        if (j.choices?.some((c) => typeof c.delta?.content === 'string' && c.delta.content.length > 0)) rec.content = true;
+        if (j.usage) rec.usage = j.usage;
+      }
+    };
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += decoder.decode(value, { stream: true }).replace(/\r\n/g, '\n');
+      for (let i = buf.indexOf('\n\n'); i >= 0; i = buf.indexOf('\n\n')) {
+        onEvent(buf.slice(0, i));
+        buf = buf.slice(i + 2);
+      }
+    }
+    if (buf.trim()) onEvent(buf);
+    rec.ended = true;
+  } catch (e) {
+    rec.error = String(e?.cause?.code ?? e?.cause?.message ?? e?.message ?? e);
+  }
+  rec.complete = rec.complete || (rec.kind === 'stream' && rec.status === 200 && rec.done);
+  return rec;
+}
+
+/**
+ * Runs `loops` client loops against one gateway until `until` (or until `stop()` says so after a request),
+ * half buffered and half streamed; pushes every request's record to `records`. Returns when all loops end.
+ */
+async function drive({ gw, key, loops, until, stop = () => false, records, keyOf = () => key, tag }) {
+  await Promise.all(Array.from({ length: loops }, async (_, l) => {
+    const kind = l % 2 ? 'stream' : 'buffered';
+    for (let n = 0; Date.now() < until && !stop(); n++) {
+      const id = `crash-${tag}${l}-${n}-${randomBytes(4).toString('hex')}`;
+      const rec = await oneRequest(gw, keyOf(l), id, kind);
+      rec.loop = l;
+      records.push(rec);
+    }
+  }));
+}
+
+function summary(records) {
+  const by = {};
+  for (const r of records) {
+    const k = `${r.gw}/${r.kind}/${r.status}${r.complete ? '/complete' : ''}${r.error ? '/failed' : ''}`;
+    by[k] = (by[k] ?? 0) + 1;
+  }
+  return JSON.stringify(by);
+}
+
+/** Number of entries in a Redis key of any type; an absent key is empty. */
+async function redisLen(redis, key) {
+  const type = await redis.type(key);
+  switch (type) {
+    case 'none': return 0;
+    case 'hash': return redis.hlen(key);
+    case 'zset': return redis.zcard(key);
+    case 'set': return redis.scard(key);
+    case 'list': return redis.llen(key);
+    case 'stream': return redis.xlen(key);
+    default: return 1;
+  }
+}
+
+test('a gateway killed with kill -9 under load on PostgreSQL + Redis loses no debit: every served request is billed exactly once and no hold is left', async (t) => {
+  const db = await freshDatabase();
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const redis = new Redis(REDIS_URL);
+  t.after(async () => { await redis.quit().catch(() => redis.disconnect()); await db.drop(); await clearRedisPrefix(prefix); });
+  const a = await startGateway(t, { store: 'postgres', redis: true, database: db, redisPrefix: prefix, upstreams: UPSTREAMS });
+  const b = await startGateway(t, { store: 'postgres', redis: true, database: db, redisPrefix: prefix, upstreams: UPSTREAMS });
+  a.name = 'A';
+  b.name = 'B';
+  const { account, key } = await a.account('50', { rpm: 100000, concurrency: 1000 });
+  // Key naming as in src/gate/limits/redis.ts acctKeys: `${prefix}{${accountId}}:holds`; the pending debits beside it.
+  const holdsKey = `${prefix}{${account}}:holds`;
+  const pendKey = `${prefix}{${account}}:pend`;
+  // Both instances know the key before the load starts (one warm-up request each, recorded like any other).
+  const records = [];
+  for (const gw of [a, b]) records.push(await oneRequest(gw, key, `crash-warm${gw.name}-${randomBytes(6).toString('hex')}`, 'buffered'));
+
+  const started = Date.now();
+  let killedAt = 0;
+  const killer = (async () => {
+    await sleep(1500);
+    killedAt = Date.now();
+    a.proc.kill('SIGKILL');
+    await a.exited;
+  })();
+  await Promise.all([
+    drive({ gw: a, key, loops: 24, until: started + 3000, stop: () => killedAt > 0, records, tag: 'A' }),
+    drive({ gw: b, key, loops: 4, until: started + 3000, records, tag: 'B' }),
+    killer,
+  ]);
+  const loadEnded = Date.now();
+  t.diagnostic(`requests: ${records.length} ${summary(records)}; load ran ${loadEnded - started} ms, A killed at +${killedAt - started} ms`);
+
+  // Recovery: the surviving instance commits the dead one's recorded debits and releases its holds.
+  let recoveredAt = 0;
+  let holds = -1;
+  let pend = -1;
+  const deadline = Math.max(killedAt + 20_000, loadEnded + 5_000);
+  for (;;) {
+    holds = await redis.hlen(holdsKey);
+    pend = await redisLen(redis, pendKey);
+    if (holds === 0 && pend === 0) { recoveredAt = Date.now(); break; }
+    if (Date.now() > deadline) break;
+    await sleep(100);
+  }
+  const heldIds = holds > 0 ? (await redis.hkeys(holdsKey)).map((h) => h.split('/')[0]) : [];
+  const recoveryMs = recoveredAt ? recoveredAt - killedAt : null;
+  t.diagnostic(recoveredAt
+    ? `holds and pending debits cleared ${recoveryMs} ms after the kill`
+    : `not recovered ${Date.now() - killedAt} ms after the kill: ${holds} holds left (${first10(heldIds)}), ${pend} pending debits`);
+  await b.stop();
+  t.diagnostic(`instance B stopped: ${JSON.stringify(await b.exited)}`);
+
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  let debits, balance, total;
+  try {
+    debits = (await c.query(`SELECT idem_key, amount_nd::text AS amount, usage FROM ledger WHERE account_id = $1 AND kind = 'debit'`, [account])).rows;
+    balance = BigInt((await c.query('SELECT balance_nd::text AS b FROM accounts WHERE id = $1', [account])).rows[0].b);
+    total = BigInt((await c.query('SELECT coalesce(sum(amount_nd), 0)::text AS s FROM ledger WHERE account_id = $1', [account])).rows[0].s);
+  } finally {
+    await c.end();
+  }
+  const exact = new Map(); // idem_key → rows stored under exactly that key
+  const byBase = new Map(); // id before any `~nonce` → rows
+  for (const d of debits) {
+    exact.set(d.idem_key, [...(exact.get(d.idem_key) ?? []), d]);
+    const base = d.idem_key.split('~')[0];
+    byBase.set(base, [...(byBase.get(base) ?? []), d]);
+  }
+  const sent = new Map(records.map((r) => [r.id, r]));
+  const served = records.filter((r) => r.complete);
+  const partial = records.filter((r) => r.kind === 'stream' && r.content && !r.complete);
+  const doneThenReset = records.filter((r) => r.kind === 'stream' && r.done && !r.ended);
+  t.diagnostic(`served (complete 200): ${served.length}; streams cut after content: ${partial.length}; streams that saw [DONE] but not the end: ${doneThenReset.length}; debit rows: ${debits.length}`);
+
+  await t.test('every request that got a complete 200 has exactly one debit stored under its x-request-id', () => {
+    const missing = served.filter((r) => !byBase.has(r.id));
+    const missingDone = missing.filter((r) => r.kind === 'stream' && !r.ended);
+    const notExact = served.filter((r) => byBase.has(r.id) && (exact.get(r.id)?.length ?? 0) !== 1);
+    const twice = served.filter((r) => (byBase.get(r.id)?.length ?? 0) > 1);
+    const kinds = (rs) => `buffered ${rs.filter((r) => r.kind === 'buffered').length}, streams ${rs.filter((r) => r.kind === 'stream').length}; on A ${rs.filter((r) => r.gw === 'A').length}, on B ${rs.filter((r) => r.gw === 'B').length}`;
+    t.diagnostic(`served requests with no debit: ${missing.length}`);
+    assert.equal(missing.length, 0, `served requests with no debit: ${missing.length} of ${served.length} (${kinds(missing)}; streams that got [DONE] before the connection was reset: ${missingDone.length}): ${first10(missing.map((r) => r.id))}`);
+    assert.equal(twice.length, 0, `served requests with more than one debit: ${twice.length}: ${first10(twice.map((r) => r.id))}`);
+    assert.equal(notExact.length, 0, `served requests whose debit is not stored under the id as sent: ${first10(notExact.map((r) => `${r.id} → ${byBase.get(r.id).map((d) => d.idem_key)}`))}`);
+  });
+
+  await t.test('each served request is debited the price of the usage it was told', () => {
+    const wrong = served.filter((r) => r.usage && byBase.get(r.id)?.length === 1)
+      .filter((r) => BigInt(byBase.get(r.id)[0].amount) !== -priceNano(r.usage.prompt_tokens, r.usage.completion_tokens));
+    assert.equal(wrong.length, 0, `served requests debited another amount than their usage prices to: ${wrong.length}: ${first10(wrong.map((r) => `${r.id} (${byBase.get(r.id)[0].amount} vs -${priceNano(r.usage.prompt_tokens, r.usage.completion_tokens)})`))}`);
+  });
+
+  await t.test('every stream that produced content before the kill has exactly one debit, partial or whole', () => {
+    const streamed = records.filter((r) => r.kind === 'stream' && r.content);
+    const missing = streamed.filter((r) => !byBase.has(r.id));
+    const twice = streamed.filter((r) => byBase.get(r.id)?.length > 1);
+    const missingCut = missing.filter((r) => !r.complete);
+    t.diagnostic(`streams with content: ${streamed.length} (cut by the kill: ${partial.length}); with no debit: ${missing.length} (cut by the kill: ${missingCut.length})`);
+    assert.equal(missing.length, 0, `streams that produced content but have no debit: ${missing.length} of ${streamed.length} (${missingCut.length} of the ${partial.length} cut by the kill): ${first10(missing.map((r) => r.id))}`);
+    assert.equal(twice.length, 0, `streams with more than one debit: ${twice.length}: ${first10(twice.map((r) => r.id))}`);
+  });
+
+  await t.test('no debit exists without a request, and no request id is debited twice', () => {
+    const strangers = debits.filter((d) => !sent.has(d.idem_key.split('~')[0]));
+    const dup = [...byBase].filter(([, rows]) => rows.length > 1);
+    const unserved = debits.filter((d) => sent.has(d.idem_key.split('~')[0]) && !sent.get(d.idem_key.split('~')[0]).complete);
+    t.diagnostic(`debits for requests the client did not see complete (in flight at the kill): ${unserved.length}`);
+    assert.equal(strangers.length, 0, `debits whose idem_key is no request id we sent: ${strangers.length}: ${first10(strangers.map((d) => d.idem_key))}`);
+    assert.equal(dup.length, 0, `request ids with more than one debit row: ${dup.length}: ${first10(dup.map(([id, rows]) => `${id} (${rows.map((d) => d.idem_key).join(' ')})`))}`);
+  });
+
+  await t.test('the balance equals the sum of the ledger', () => {
+    assert.equal(balance, total, `balance ${balance} nd vs ledger sum ${total} nd`);
+  });
+
+  await t.test('the dead instance\'s holds and pending debits are gone within 15 s of the kill', () => {
+    assert.ok(recoveredAt > 0, `after ${Date.now() - killedAt} ms: ${holds} holds left in ${holdsKey} (requests ${first10(heldIds)}), ${pend} entries in ${pendKey}`);
+    assert.ok(recoveryMs <= 15_000, `holds and pending debits cleared ${recoveryMs} ms after the kill (limit ~15 s)`);
+  });
+});
+
+test('a gateway killed with kill -9 on its embedded store loses no debit that it served', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-crash-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const a = await startGateway(t, { store: 'pglite', dataDir: dir, upstreams: UPSTREAMS });
+  a.name = 'A';
+  const LOOPS = 24;
+  // One key per client loop: `account show` reports each key's spend, so a loop's billing is checked on its own.
+  const acct = await a.cli('account', 'create', '--email', `u${randomBytes(5).toString('hex')}@example.com`, '--credit', '50');
+  const account = acct.account_id;
+  const keys = await Promise.all(Array.from({ length: LOOPS }, (_, l) => a.newKey(account, { rpm: 100000, concurrency: 1000, label: `loop${l}` })));
+  const records = [];
+  const started = Date.now();
+  let killedAt = 0;
+  const killer = (async () => {
+    await sleep(1000);
+    killedAt = Date.now();
+    a.proc.kill('SIGKILL');
+    await a.exited;
+  })();
+  await Promise.all([
+    drive({ gw: a, key: null, keyOf: (l) => keys[l].key, loops: LOOPS, until: started + 2000, stop: () => killedAt > 0, records, tag: 'P' }),
+    killer,
+  ]);
+  t.diagnostic(`requests: ${records.length} ${summary(records)}; A killed at +${killedAt - started} ms`);
+
+  const b = await startGateway(t, { store: 'pglite', dataDir: dir, upstreams: UPSTREAMS });
+  t.diagnostic(`a new gateway listens on the same data dir ${Date.now() - killedAt} ms after the kill`);
+  await sleep(2000);
+  const show = await b.cli('account', 'show', account);
+  const metrics = await (await b.fetch('/metrics')).text();
+  const openHolds = Number(/^tollgate_open_holds (\d+)/m.exec(metrics)?.[1] ?? NaN);
+
+  const price = (r) => priceNano(r.usage.prompt_tokens, r.usage.completion_tokens);
+  const served = records.filter((r) => r.complete);
+  const servedNoUsage = served.filter((r) => !r.usage);
+  const servedCost = served.filter((r) => r.usage).reduce((s, r) => s + price(r), 0n);
+  const debited = dollarsToNano('50') - dollarsToNano(show.ledger_total);
+  // The dearest a request here can be: the prompt of a served one plus max_tokens of output.
+  const prompt = Math.max(...served.filter((r) => r.usage).map((r) => r.usage.prompt_tokens), 0);
+  const dearest = priceNano(prompt, STREAMED.max_tokens);
+  const perLoop = Array.from({ length: LOOPS }, (_, l) => {
+    const mine = records.filter((r) => r.loop === l);
+    const k = show.keys.find((x) => x.prefix === keys[l].prefix);
+    const billed = k ? dollarsToNano(k.usage_monthly ?? '0') : 0n;
+    const servedNd = mine.filter((r) => r.complete && r.usage).reduce((s, r) => s + price(r), 0n);
+    const inFlight = mine.filter((r) => !r.complete && (r.status === 200 || r.error)).length; // could have been billed
+    // A loop runs one request at a time, so at most one of its streams was cut by the kill.
+    const cut = mine.filter((r) => r.kind === 'stream' && r.content && !r.complete);
+    const doneReset = mine.filter((r) => r.complete && r.kind === 'stream' && !r.ended).map((r) => r.id);
+    return { loop: l, billed, served: servedNd, inFlight, cut, doneReset, ids: mine.filter((r) => r.complete).map((r) => r.id) };
+  });
+  // A stream cut after content owes at least its prompt (README: a dropped stream is billed the prompt and the output so far).
+  const promptOnly = priceNano(prompt, 0);
+  const cutStreams = perLoop.flatMap((p) => p.cut);
+  const cutUnbilled = perLoop.filter((p) => p.cut.length > 0 && p.billed < p.served + BigInt(p.cut.length) * promptOnly);
+  const short = perLoop.filter((p) => p.billed < p.served);
+  // Lower bound on served-but-unbilled requests: a loop's shortfall needs at least shortfall/dearest missing debits.
+  const unbilled = short.reduce((n, p) => n + Number((p.served - p.billed + dearest - 1n) / dearest), 0);
+  t.diagnostic(`served (complete 200): ${served.length} (without usage: ${servedNoUsage.length}), priced ${servedCost} nd; debited ${debited} nd; open holds on the new instance: ${openHolds}`);
+  t.diagnostic(`served-but-unbilled requests: at least ${unbilled} (loops billed less than they were served: ${short.length})`);
+  t.diagnostic(`streams cut by the kill after content: ${cutStreams.length}; on loops billed less than served + their prompt: ${cutUnbilled.length}`);
+
+  await t.test('the balance equals the sum of the ledger after the restart', () => {
+    assert.equal(show.balance, show.ledger_total, `balance ${show.balance} vs ledger total ${show.ledger_total}`);
+  });
+
+  await t.test('the debits cover at least the priced cost of every request served with a complete 200', () => {
+    assert.equal(servedNoUsage.length, 0, `served requests without usage in the reply: ${first10(servedNoUsage.map((r) => r.id))}`);
+    assert.ok(debited >= servedCost, `debited ${debited} nd < served ${servedCost} nd: short by ${servedCost - debited} nd (at least ${Number((servedCost - debited + dearest - 1n) / dearest)} served requests unbilled)`);
+  });
+
+  await t.test('each client loop\'s key is billed at least what that loop was served, and at most one in-flight request more', () => {
+    const over = perLoop.filter((p) => p.billed > p.served + BigInt(p.inFlight) * dearest);
+    assert.equal(short.length, 0, `served-but-unbilled requests: at least ${unbilled}, on ${short.length} loop keys: ${short.slice(0, 10).map((p) => `loop ${p.loop} billed ${p.billed} nd < served ${p.served} nd (served ids ${first10(p.ids)}${p.doneReset.length ? `; got [DONE] but the connection was reset before the end: ${p.doneReset.join(', ')}` : ''})`).join('; ')}`);
+    assert.equal(over.length, 0, `loop keys billed beyond their requests: ${over.slice(0, 10).map((p) => `loop ${p.loop} billed ${p.billed} nd > served ${p.served} nd + ${p.inFlight} in flight`).join('; ')}`);
+  });
+
+  await t.test('every stream that produced content before the kill is billed at least its prompt', () => {
+    assert.equal(cutUnbilled.length, 0, `streams that produced content but were not billed: ${cutUnbilled.length} of ${cutStreams.length} (their loop key billed no more than its served requests): ${first10(cutUnbilled.flatMap((p) => p.cut.map((r) => r.id)))}`);
+  });
+
+  await t.test('no hold is left open on the restarted instance', () => {
+    assert.equal(openHolds, 0);
+  });
+});
