@@ -15,7 +15,7 @@ import { Settler } from './ledger/settle.js';
 import { runOp, OpError, credit, type OpArgs } from './ops.js';
 import { createAccount, accountByEmail } from './store/accounts.js';
 import { createKey } from './store/keys.js';
-import { nanoToDecimal } from './ledger/money.js';
+import { nanoToDecimal } from './money.js';
 import { startSim } from './sim/index.js';
 
 interface Parsed { positional: string[]; flags: OpArgs }

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
-import { dollarsToNano, type Nanodollars } from './ledger/money.js';
+import { dollarsToNano, type Nanodollars } from './money.js';
 import type { UnitPrices } from './ledger/pricing.js';
 
 const Dollars = Type.Union([Type.String({ pattern: '^\\d+(\\.\\d{1,9})?$' }), Type.Number({ minimum: 0 })]);

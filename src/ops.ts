@@ -4,7 +4,7 @@ import type { Db } from './store/db.js';
 import { accountById, accountByEmail, createAccount, keySpend } from './store/accounts.js';
 import { createKey, keysOfAccount, revokeKey, SCOPES, type KeyRecord, type Period, type Scope } from './store/keys.js';
 import type { Settler } from './ledger/settle.js';
-import { dollarsToNano, nanoToDollars, type Nanodollars } from './ledger/money.js';
+import { dollarsToNano, nanoToDollars, type Nanodollars } from './money.js';
 
 export class OpError extends Error {}
 

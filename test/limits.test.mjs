@@ -162,3 +162,26 @@ test('the in-process journal hands a crashed run\'s uncommitted debits to the ne
   const three = new MemoryLimiter(new DebitJournal(path));
   assert.deepEqual(await three.claimOrphans(), [], 'committed debits are not replayed again');
 });
+
+test('a long session extends its hold under the admission rule, and an extension past the balance or ceiling is refused', async (t) => {
+  for (const l of await limiters(t)) {
+    const base = { accountId: 'x', keyId: 'key_x', balance: { amount: 3_000n, version: 1n }, ceiling: null,
+      spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs: 60_000 };
+    assert.equal((await admit(l, 'x', 'x0', 1_000n, 3_000n)).ok, true);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 1_500n }), { ok: true }, `${l.kind}: 2,500 of 3,000 held`);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 499n }), { ok: true }, `${l.kind}: 2,999 held, headroom left`);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 1n }), { ok: true }, `${l.kind}: the last nanodollar of headroom`);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 1n }), { ok: false, reason: 'insufficient_balance' }, `${l.kind}: nothing left`);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'nope', amount: 1n }), { ok: false, reason: 'missing' });
+    // the extended hold is freed whole
+    await l.release('x', 'x0');
+    assert.equal((await admit(l, 'x', 'x1', 2_999n, 3_000n)).ok, true, `${l.kind}: all 3,000 freed`);
+    await l.release('x', 'x1');
+    // the ceiling applies too
+    const c = { ...base, ceiling: 2_000n };
+    assert.equal((await admit(l, 'x', 'x2', 1_000n, 3_000n, { ceiling: 2_000n })).ok, true);
+    assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 999n }), { ok: true });
+    assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 1n }), { ok: true }, `${l.kind}: 1,999 < 2,000 before this one`);
+    assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 1n }), { ok: false, reason: 'key_spend_limit_reached' });
+  }
+});

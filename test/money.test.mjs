@@ -1,7 +1,7 @@
 // Exact money: dollar parsing, formatting and pricing in integer nanodollars.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { dollarsToNano, nanoToDecimal, nanoToDollars, priceUnits } from '../dist/ledger/money.js';
+import { dollarsToNano, nanoToDecimal, nanoToDollars, priceUnits } from '../dist/money.js';
 import { price, worstCaseTokens, FREE } from '../dist/ledger/pricing.js';
 import { goDuration } from '../dist/gate/admission.js';
 

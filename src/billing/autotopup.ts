@@ -1,7 +1,7 @@
 // Auto top-up: on a balance event under the threshold, claim one charge per dip, charge the saved card off-session, settle by webhook.
 import { credit } from '../ops.js';
 import { accountById } from '../store/accounts.js';
-import type { Nanodollars } from '../ledger/money.js';
+import type { Nanodollars } from '../money.js';
 import { log } from '../observe/log.js';
 import type { Billing } from './core.js';
 import type { Outcome } from './fulfil.js';

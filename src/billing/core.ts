@@ -4,7 +4,7 @@ import type { Config } from '../config.js';
 import type { Db } from '../store/db.js';
 import type { Settler } from '../ledger/settle.js';
 import { GatewayError, type ValidationDetail } from '../errors.js';
-import { nanoToDollars, NANO_PER_DOLLAR } from '../ledger/money.js';
+import { nanoToDollars, NANO_PER_DOLLAR } from '../money.js';
 import { accountById } from '../store/accounts.js';
 import { log } from '../observe/log.js';
 import { AutoTopup } from './autotopup.js';

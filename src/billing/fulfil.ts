@@ -1,7 +1,7 @@
 // Webhook fulfilment: verify, skip events already handled, then credit checkouts, save cards and settle auto top-ups.
 import { credit } from '../ops.js';
 import { accountById } from '../store/accounts.js';
-import type { Nanodollars } from '../ledger/money.js';
+import type { Nanodollars } from '../money.js';
 import { log } from '../observe/log.js';
 import type { Billing } from './core.js';
 import { invalidEvent } from './signature.js';

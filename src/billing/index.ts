@@ -1,5 +1,5 @@
 // Billing's public surface: payments (checkout, saving a card), auto top-up settings, the webhook and the sandbox checkout.
-import { dollarsToNano, nanoToDollars, NANO_PER_DOLLAR } from '../ledger/money.js';
+import { dollarsToNano, nanoToDollars, NANO_PER_DOLLAR } from '../money.js';
 import { log } from '../observe/log.js';
 import { type Billing, type BillingDeps, checkCents, invalidField, MAX_TOPUP, MIN_TOPUP, type Payments } from './core.js';
 import { receiveWebhook, type Outcome } from './fulfil.js';

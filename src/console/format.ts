@@ -1,5 +1,5 @@
 // Display formats for the console: exact dollar amounts from nanodollars, UTC times, token counts.
-import { nanoToDecimal } from '../ledger/money.js';
+import { nanoToDecimal } from '../money.js';
 
 /** Exact dollars with at least cents and thousands separators: 1500000000n -> "$1.50", 34000n -> "$0.000034". */
 export function usd(v: bigint, opts: { plus?: boolean } = {}): string {

@@ -5,7 +5,7 @@ import type { KeyRecord } from '../store/keys.js';
 import { base62 } from '../store/ids.js';
 import { price, type UnitPrices, type Units } from '../ledger/pricing.js';
 import { serializeEntry, type LedgerEntry } from '../ledger/settle.js';
-import type { Nanodollars } from '../ledger/money.js';
+import type { Nanodollars } from '../money.js';
 import { log } from '../observe/log.js';
 import { isZero, usageRecord, type Usage } from './usage.js';
 import type { Committer } from './committer.js';
@@ -99,6 +99,15 @@ export class Charge {
     }
     this.d.committer.enqueue(debit, entry);
     return { cost };
+  }
+
+  /**
+   * Holds `amount` more for what a long session is about to do (the next response, the next
+   * generation), under the admission rule: balance and ceiling are checked again, 402 when spent.
+   */
+  async extend(amount: bigint): Promise<void> {
+    if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
+    await this.hold.extend(amount);
   }
 
   /** Frees the hold: nothing billed (a failed request). */

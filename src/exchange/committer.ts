@@ -2,7 +2,7 @@
 import type { Db } from '../store/db.js';
 import type { Settler, LedgerEntry, SettleResult } from '../ledger/settle.js';
 import type { CommittedState, Limiter, PendingDebit } from '../gate/limits/types.js';
-import { periodStarts } from '../ledger/periods.js';
+import { periodStarts } from '../store/periods.js';
 import { log } from '../observe/log.js';
 
 const RETRY_FIRST_MS = 250;

@@ -19,6 +19,8 @@ export interface Hold {
   settle(debit: PendingDebit, final: boolean): Promise<void>;
   /** Records what the request has produced so far (billed if this process dies). */
   progress(debit: PendingDebit): void;
+  /** Raises the hold by `amount` for a long session's next stretch; refused like admission (402). */
+  extend(amount: bigint): Promise<void>;
 }
 
 export interface AdmissionDeps {
@@ -48,12 +50,24 @@ export function goDuration(ms: number): string {
  * and pending debit of the account (on any instance, with Redis), and this request holds `amount`
  * until it settles. Without, only rpm and concurrency apply (unbilled routes).
  */
+function moneyRefused(key: KeyRecord, reason: 'insufficient_balance' | 'key_spend_limit_reached'): GatewayError {
+  return reason === 'insufficient_balance'
+    ? new GatewayError({ status: 402, code: 'insufficient_balance', type: 'insufficient_quota',
+      message: 'Your prepaid balance is used up (or fully held by requests in flight). Top up to continue.' })
+    : new GatewayError({ status: 402, code: 'key_spend_limit_reached', type: 'insufficient_quota',
+      message: `The ${key.spendLimitPeriod} spend limit of key ${key.prefix}... is reached. Raise the ceiling or use another key.` });
+}
+
+async function moneyState(d: AdmissionDeps, key: KeyRecord) {
+  const period = key.spendLimitPeriod === 'daily' ? 'day' as const : 'month' as const;
+  const [balance, spent] = await Promise.all([d.cache.balanceState(key.accountId), d.cache.spendState(key.id, period)]);
+  return { balance, spent };
+}
+
 export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true): Promise<Hold> {
   const { rpm, concurrency } = effectiveLimits(key, d);
-  const period = key.spendLimitPeriod === 'daily' ? 'day' : 'month';
-  const [balance, spent] = money
-    ? await Promise.all([d.cache.balanceState(key.accountId), d.cache.spendState(key.id, period)])
-    : [{ amount: 0n, version: 0n }, { period, start: '', amount: 0n, version: 0n } as const];
+  const { balance, spent } = money ? await moneyState(d, key)
+    : { balance: { amount: 0n, version: 0n }, spent: { period: 'month' as const, start: '', amount: 0n, version: 0n } };
   const out = await d.limiter.admit({
     holdId, accountId: key.accountId, keyId: key.id, rpm, concurrency, money, hold: money ? amount : 0n,
     balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
@@ -62,11 +76,8 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
     d.metrics.rejection(out.reason);
     switch (out.reason) {
       case 'insufficient_balance':
-        throw new GatewayError({ status: 402, code: 'insufficient_balance', type: 'insufficient_quota',
-          message: 'Your prepaid balance is used up (or fully held by requests in flight). Top up to continue.' });
       case 'key_spend_limit_reached':
-        throw new GatewayError({ status: 402, code: 'key_spend_limit_reached', type: 'insufficient_quota',
-          message: `The ${key.spendLimitPeriod} spend limit of key ${key.prefix}... is reached. Raise the ceiling or use another key.` });
+        throw moneyRefused(key, out.reason);
       case 'rate_limit_exceeded':
         throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${rpm}. Please try again in ${goDuration(out.retryMs)}.`,
@@ -86,10 +97,12 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
     }
   }
   let open = true;
+  let held = amount;
   d.openHolds.count++;
   const close = () => { if (!open) return false; open = false; d.openHolds.count--; return true; };
   return {
-    id: holdId, accountId: key.accountId, keyId: key.id, amount,
+    id: holdId, accountId: key.accountId, keyId: key.id,
+    get amount() { return held; },
     rateHeaders: {
       'x-ratelimit-limit-requests': String(rpm),
       'x-ratelimit-remaining-requests': String(out.remaining),
@@ -108,5 +121,14 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       await d.limiter.settle(holdId, debit, final);
     },
     progress: (debit) => { if (open) d.limiter.progress(holdId, debit); },
+    extend: async (more) => {
+      if (!open) throw new Error(`hold ${holdId} is closed`);
+      const { balance, spent } = await moneyState(d, key);
+      const r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs });
+      if (r.ok) { held += more; return; }
+      d.metrics.rejection(r.reason);
+      if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });
+      throw moneyRefused(key, r.reason);
+    },
   };
 }

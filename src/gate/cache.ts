@@ -2,8 +2,8 @@
 import type { Db } from '../store/db.js';
 import { keyByHash, keysChangedSince, type KeyRecord } from '../store/keys.js';
 import { accountById, accountsChangedSince, keySpend } from '../store/accounts.js';
-import type { Nanodollars } from '../ledger/money.js';
-import { periodStarts } from '../ledger/periods.js';
+import type { Nanodollars } from '../money.js';
+import { periodStarts } from '../store/periods.js';
 import type { SettleListener } from '../ledger/settle.js';
 
 interface SpendEntry { start: string; spent: bigint; version: bigint }

@@ -1,5 +1,5 @@
 // Prices usage in every unit (tokens, characters, audio time) from a model's unit prices, rounding up once.
-import { nd, type Nanodollars } from './money.js';
+import { nd, type Nanodollars } from '../money.js';
 
 /** A model's prices in nanodollars per unit: per 1M tokens, per 1M characters, per minute of audio. */
 export interface UnitPrices {

@@ -1,6 +1,6 @@
 // Writes ledger entries idempotently in group commits; balance and period spend move in the same transaction.
 import type { Db, Queryable } from '../store/db.js';
-import type { Nanodollars } from './money.js';
+import type { Nanodollars } from '../money.js';
 
 export interface LedgerEntry {
   idemKey: string;          // the request id (debits) or the payment/session id (credits)

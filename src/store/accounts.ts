@@ -1,8 +1,8 @@
 // accounts rows and the period-spend reads that key inspection and admission need.
 import type { Queryable } from './db.js';
 import { newId } from './ids.js';
-import type { Nanodollars } from '../ledger/money.js';
-import { periodStarts } from '../ledger/periods.js';
+import type { Nanodollars } from '../money.js';
+import { periodStarts } from './periods.js';
 
 export interface AccountRecord {
   id: string;

@@ -1,7 +1,7 @@
 // api_keys rows: create, revoke, list, look up by hash, and the change feed the key cache follows.
 import type { Queryable } from './db.js';
 import { newApiKey, newId } from './ids.js';
-import type { Nanodollars } from '../ledger/money.js';
+import type { Nanodollars } from '../money.js';
 
 export type Scope = 'llm' | 'voice' | 'batch';
 export const SCOPES: readonly Scope[] = ['llm', 'voice', 'batch'];

@@ -1,7 +1,7 @@
 // Balance and billing: top-up through Checkout, saving a card, auto top-up settings, the ledger and its CSV export.
 import { getAutoTopup, payments, setAutoTopup } from '../../billing/index.js';
 import { GatewayError } from '../../errors.js';
-import { dollarsToNano, nanoToDecimal } from '../../ledger/money.js';
+import { dollarsToNano, nanoToDecimal } from '../../money.js';
 import { attr, html, type Html } from '../html.js';
 import { csrfField, notice } from '../layout.js';
 import { baseUrl } from '../http.js';

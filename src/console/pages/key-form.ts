@@ -1,6 +1,6 @@
 // The key form (create and edit): its fields, rendering with the values entered, and parsing into limits.
 import { SCOPES, type Period, type Scope } from '../../store/keys.js';
-import { dollarsToNano, nanoToDecimal, type Nanodollars } from '../../ledger/money.js';
+import { dollarsToNano, nanoToDecimal, type Nanodollars } from '../../money.js';
 import { attr, html, type Html } from '../html.js';
 
 export interface KeyFields { label: string; scopes: string[]; spendLimit: string; period: string; rpm: string; concurrency: string }

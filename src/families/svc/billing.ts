@@ -4,7 +4,7 @@ import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { Ctx } from '../../server/context.js';
 import { compile, parseJson } from '../validate.js';
-import { dollarsToNano } from '../../ledger/money.js';
+import { dollarsToNano } from '../../money.js';
 import { handleWebhook, payments, requestBase, sandboxSubmit, sandboxView, type Page } from '../../billing/index.js';
 
 const ReturnUrl = Type.String({ pattern: '^https?://', maxLength: 2048 });

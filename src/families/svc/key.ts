@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { effectiveLimits } from '../../gate/admission.js';
-import { nanoToDollars } from '../../ledger/money.js';
+import { nanoToDollars } from '../../money.js';
 
 export function keyRoutes(s: Services): Route[] {
   return [{

@@ -1,6 +1,6 @@
 // The in-process limiter: the same admission, hold and pending-debit rules as the Redis scripts, for a single instance.
 import type { DebitJournal } from '../../ledger/journal.js';
-import type { AdmitInput, AdmitOutcome, CommittedState, Limiter, PendingDebit } from './types.js';
+import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, PendingDebit } from './types.js';
 
 interface Bucket { tokens: number; ts: number }
 interface Spend { start: string; spent: bigint; version: bigint }
@@ -36,16 +36,8 @@ export class MemoryLimiter implements Limiter {
     for (const [rid, h] of acct.holds) if (h.exp <= now) this.drop(acct, rid);
     const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
     if (i.money) {
-      if (!acct.balance || acct.balance.version < i.balance.version) acct.balance = { ...i.balance };
-      const field = `${i.spent.period}:${i.keyId}`;
-      const cur = acct.spends.get(field);
-      if (!cur || cur.start < i.spent.start || (cur.start === i.spent.start && cur.version < i.spent.version)) {
-        acct.spends.set(field, { start: i.spent.start, spent: i.spent.amount, version: i.spent.version });
-      }
-      const s = acct.spends.get(field)!;
-      const spent = s.start === i.spent.start ? s.spent : 0n;
-      if (acct.balance.amount - acct.total <= 0n) return { ok: false, reason: 'insufficient_balance' };
-      if (i.ceiling !== null && spent + mine.amount >= i.ceiling) return { ok: false, reason: 'key_spend_limit_reached' };
+      const refused = this.money(acct, i, mine.amount);
+      if (refused) return { ok: false, reason: refused };
     }
     const rate = i.rpm / 60_000;
     const b = this.buckets.get(i.keyId) ?? { tokens: i.rpm, ts: now };
@@ -64,6 +56,36 @@ export class MemoryLimiter implements Limiter {
     acct.total += i.hold;
     acct.holds.set(i.holdId, { keyId: i.keyId, amount: i.hold, exp: now + i.ttlMs });
     return { ok: true, remaining: Math.floor(b.tokens), resetMs: Math.ceil((i.rpm - b.tokens) / rate) };
+  }
+
+  async extend(i: ExtendInput): Promise<ExtendOutcome> {
+    const acct = this.account(i.accountId);
+    const h = acct.holds.get(i.holdId);
+    if (!h) return { ok: false, reason: 'missing' };
+    const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
+    const refused = this.money(acct, i, mine.amount);
+    if (refused) return { ok: false, reason: refused };
+    h.amount += i.amount;
+    h.exp = Date.now() + i.ttlMs;
+    acct.total += i.amount;
+    mine.amount += i.amount;
+    acct.byKey.set(i.keyId, mine);
+    return { ok: true };
+  }
+
+  /** The balance and ceiling rule: the newest committed values, less every hold and pending debit. */
+  private money(acct: Account, i: Pick<AdmitInput, 'keyId' | 'balance' | 'ceiling' | 'spent'>, mine: bigint): 'insufficient_balance' | 'key_spend_limit_reached' | null {
+    if (!acct.balance || acct.balance.version < i.balance.version) acct.balance = { ...i.balance };
+    const field = `${i.spent.period}:${i.keyId}`;
+    const cur = acct.spends.get(field);
+    if (!cur || cur.start < i.spent.start || (cur.start === i.spent.start && cur.version < i.spent.version)) {
+      acct.spends.set(field, { start: i.spent.start, spent: i.spent.amount, version: i.spent.version });
+    }
+    const s = acct.spends.get(field)!;
+    const spent = s.start === i.spent.start ? s.spent : 0n;
+    if (acct.balance.amount - acct.total <= 0n) return 'insufficient_balance';
+    if (i.ceiling !== null && spent + mine >= i.ceiling) return 'key_spend_limit_reached';
+    return null;
   }
 
   async release(accountId: string, holdId: string): Promise<void> {

@@ -1,7 +1,7 @@
 // The Redis limiter: admission, holds and pending debits in Lua scripts, so many instances agree and a dead one loses nothing.
 import { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
-import type { AdmitInput, AdmitOutcome, CommittedState, Limiter, PendingDebit } from './types.js';
+import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, PendingDebit } from './types.js';
 
 // Per account, under one hash tag:
 //   sum   hash: total (holds + pending debits), a:<key> (the key's share), n:<key> (its requests in flight),
@@ -95,6 +95,27 @@ idle_expiry(sum, pend, ttl + 60000)
 return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
 `;
 
+// KEYS: sum holds exp. ARGV: hold amount bal bver ceiling field start spent sver ttl
+const EXTEND = `${LIB}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local sum, holds, exp = KEYS[1], KEYS[2], KEYS[3]
+local rec = redis.call('HGET', holds, ARGV[1])
+if not rec then return 3 end
+local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+newer_balance(sum, ARGV[3], ARGV[4])
+newer_spend(sum, ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+local v = redis.call('HMGET', sum, 'bal', 'total', 'a:' .. k, ARGV[6])
+if tonumber(v[1]) - tonumber(v[2] or '0') <= 0 then return 1 end
+local s0, spent = string.match(v[4], '^([^|]*)|(%d+)|')
+if s0 ~= ARGV[7] then spent = '0' end
+if ARGV[5] ~= '' and tonumber(spent) + tonumber(v[3] or '0') >= tonumber(ARGV[5]) then return 2 end
+redis.call('HSET', holds, ARGV[1], k .. '|' .. string.format('%d', tonumber(amt) + tonumber(ARGV[2])) .. '|' .. owner)
+add(sum, k, ARGV[2])
+redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
+return 0
+`;
+
 // KEYS: sum holds exp run. ARGV: the hold ids of one account released in one event-loop turn.
 const RELEASE = `${LIB}
 for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
@@ -183,6 +204,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LI
 type Scripted = Redis & {
   tgAdmit(...args: string[]): Promise<number[]>;
   tgRelease(...args: string[]): Promise<number>;
+  tgExtend(...args: string[]): Promise<number>;
   tgSettle(...args: string[]): Promise<number>;
   tgCommitted(...args: string[]): Promise<number>;
   tgTakeover(...args: string[]): Promise<string[]>;
@@ -211,6 +233,7 @@ export class RedisLimiter implements Limiter {
     const r = new Redis(url, { maxRetriesPerRequest: 2, enableAutoPipelining: true, lazyConnect: false });
     r.defineCommand('tgAdmit', { numberOfKeys: 6, lua: ADMIT });
     r.defineCommand('tgRelease', { numberOfKeys: 4, lua: RELEASE });
+    r.defineCommand('tgExtend', { numberOfKeys: 3, lua: EXTEND });
     r.defineCommand('tgSettle', { numberOfKeys: 5, lua: SETTLE });
     r.defineCommand('tgCommitted', { numberOfKeys: 2, lua: COMMITTED });
     r.defineCommand('tgTakeover', { numberOfKeys: 5, lua: TAKEOVER });
@@ -261,6 +284,14 @@ export class RedisLimiter implements Limiter {
       case 3: return { ok: false, reason: 'rate_limit_exceeded', remaining: 0, resetMs: r[2]!, retryMs: r[3]! };
       default: return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: r[1]!, remaining: r[2]!, resetMs: r[3]! };
     }
+  }
+
+  async extend(i: ExtendInput): Promise<ExtendOutcome> {
+    const [sum, holds, exp] = this.keys(i.accountId);
+    const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
+    const r = await this.redis.tgExtend(sum, holds, exp, i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
+      i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs));
+    return r === 0 ? { ok: true } : { ok: false, reason: r === 1 ? 'insufficient_balance' : r === 2 ? 'key_spend_limit_reached' : 'missing' };
   }
 
   /**

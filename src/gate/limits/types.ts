@@ -21,6 +21,10 @@ export interface AdmitInput {
   ttlMs: number;            // a hold whose owner is alive but lost it is dropped after this
 }
 
+export type ExtendInput = Pick<AdmitInput, 'holdId' | 'accountId' | 'keyId' | 'balance' | 'ceiling' | 'spent' | 'ttlMs'> & { amount: bigint };
+
+export type ExtendOutcome = { ok: true } | { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached' | 'missing' };
+
 export type AdmitOutcome =
   | { ok: true; remaining: number; resetMs: number }
   | { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached' }
@@ -50,6 +54,11 @@ export interface CommittedState {
 export interface Limiter {
   readonly kind: 'memory' | 'redis';
   admit(input: AdmitInput): Promise<AdmitOutcome>;
+  /**
+   * Raises an open hold by `amount` (a long session's next stretch), under the same balance and
+   * ceiling rule as admission. `missing`: the hold is gone (expired or taken over).
+   */
+  extend(input: ExtendInput): Promise<ExtendOutcome>;
   /** Drops a hold: the request billed nothing. */
   release(accountId: string, holdId: string): Promise<void>;
   /**
