@@ -40,11 +40,11 @@ function dollarsField(text: string, param: string, min: bigint, max: bigint, sen
 }
 
 /** Validates and stores the settings (422 naming the field otherwise); saving them also lifts a stop left by a decline. */
-export async function setAutoTopup(s: HasBilling, accountId: string, v: { enabled: boolean; threshold: string; amount: string }): Promise<void> {
+export async function setAutoTopup(s: Pick<BillingDeps, 'db'> & { billing?: Billing }, accountId: string, v: { enabled: boolean; threshold: string; amount: string }): Promise<void> {
   const threshold = dollarsField(v.threshold, 'threshold', MIN_THRESHOLD, MAX_THRESHOLD, 'The threshold must be a dollar amount from $0.01 to $1,000, with at most two decimals.');
   const amount = dollarsField(v.amount, 'amount', MIN_TOPUP, MAX_TOPUP, 'The top-up amount must be from $5 to $1,000, with at most two decimals.');
   await putAutoTopup(s.db, accountId, v.enabled, threshold, amount);
-  s.billing.auto.invalidate();
+  s.billing?.auto.invalidate();
 }
 
 /** The webhook route's whole job: verify, fulfil once, say what happened. */

@@ -16,6 +16,9 @@ const RETRY_MAX_MS = 5_000;
  */
 export class Committer {
   private inFlight = 0;
+  /** Debits in flight by account, and who waits for an account's to land. */
+  private readonly byAccount = new Map<string, number>();
+  private readonly waiters = new Map<string, (() => void)[]>();
   private failing = 0;
   private closed = false;
   commitsFailed = 0;
@@ -30,7 +33,31 @@ export class Committer {
 
   enqueue(debit: PendingDebit, entry: LedgerEntry): void {
     this.inFlight++;
+    this.byAccount.set(debit.accountId, (this.byAccount.get(debit.accountId) ?? 0) + 1);
     void this.attempt(debit, entry, 0);
+  }
+
+  /**
+   * Resolves once this instance's debits of the account handed in so far have committed and left
+   * the limiter's pending record (or after `maxMs`): from then on, the ledger's figures less the
+   * limiter's pending ones count each of them exactly once.
+   */
+  settled(accountId: string, maxMs = 100): Promise<void> {
+    if (!this.byAccount.has(accountId)) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, maxMs);
+      const list = this.waiters.get(accountId) ?? [];
+      list.push(() => { clearTimeout(timer); resolve(); });
+      this.waiters.set(accountId, list);
+    });
+  }
+
+  private landed(accountId: string): void {
+    const n = (this.byAccount.get(accountId) ?? 1) - 1;
+    if (n > 0) { this.byAccount.set(accountId, n); return; }
+    this.byAccount.delete(accountId);
+    for (const w of this.waiters.get(accountId) ?? []) w();
+    this.waiters.delete(accountId);
   }
 
   private async attempt(debit: PendingDebit, entry: LedgerEntry, tries: number): Promise<void> {
@@ -55,6 +82,7 @@ export class Committer {
       log('warn', 'committed debit not cleared from the limiter', { debit: debit.id, error: String((e as Error)?.message ?? e) });
     } finally {
       this.inFlight--;
+      this.landed(debit.accountId);
     }
   }
 

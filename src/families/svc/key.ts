@@ -9,7 +9,12 @@ export function keyRoutes(s: Services): Route[] {
     method: 'GET', path: '/v1/key', name: 'svc.key', scope: 'any',
     handler: async (ctx) => {
       const key = ctx.key!;
-      const [balance, spend] = await Promise.all([s.cache.balanceOf(key.accountId), s.cache.spendOf(key.id)]);
+      // The ledger's figures, less what has been priced and not yet committed (a few milliseconds' worth):
+      // this instance's own commits under way are let land first, so none is counted in both.
+      await s.committer.settled(key.accountId);
+      const [committed, ledgerSpend, pending] = await Promise.all([s.cache.balanceOf(key.accountId), s.cache.spendOf(key.id), s.limiter.pendingOf(key.accountId, key.id)]);
+      const balance = committed - pending.account;
+      const spend = { day: ledgerSpend.day + pending.key, month: ledgerSpend.month + pending.key };
       const periodSpent = key.spendLimitPeriod === 'daily' ? spend.day : spend.month;
       const remaining = key.spendLimit === null ? null : key.spendLimit > periodSpent ? key.spendLimit - periodSpent : 0n;
       ctx.json(200, {

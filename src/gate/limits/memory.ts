@@ -144,6 +144,14 @@ export class MemoryLimiter implements Limiter {
     return out;
   }
 
+  async pendingOf(accountId: string, keyId: string): Promise<{ account: bigint; key: bigint }> {
+    const acct = this.accounts.get(accountId);
+    let account = 0n;
+    let key = 0n;
+    for (const p of acct?.pending.values() ?? []) { account += p.amount; if (p.keyId === keyId) key += p.amount; }
+    return { account, key };
+  }
+
   async openHolds(accountId: string): Promise<number> {
     return this.accounts.get(accountId)?.holds.size ?? 0;
   }

@@ -17,6 +17,12 @@ local function add(sum, k, amt)
   if redis.call('HINCRBY', sum, 'a:' .. k, amt) == 0 then redis.call('HDEL', sum, 'a:' .. k) end
 end
 local function neg(amt) return '-' .. amt end
+-- The pending (priced, uncommitted) part of total, by account and by key: what key inspection reports.
+local function pending(sum, k, amt)
+  if amt == '0' or amt == '-0' then return end
+  if redis.call('HINCRBY', sum, 'pending', amt) == 0 then redis.call('HDEL', sum, 'pending') end
+  if redis.call('HINCRBY', sum, 'p:' .. k, amt) == 0 then redis.call('HDEL', sum, 'p:' .. k) end
+end
 -- Frees a hold: its amount, its slot, its running record. Returns its key id and amount, or nil.
 local function drop(sum, holds, exp, run, r)
   local rec = redis.call('HGET', holds, r)
@@ -122,11 +128,15 @@ for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
 return #ARGV
 `;
 
-// KEYS: sum holds exp run pend. ARGV: hold debit key amount entry owner final
+// KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final
 const SETTLE = `${LIB}
-if ARGV[7] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]) end
-add(KEYS[1], ARGV[3], ARGV[4])
-redis.call('HSET', KEYS[5], ARGV[2], ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[6] .. '|' .. ARGV[5])
+local owner = ARGV[1]
+for i = 2, #ARGV, 6 do
+  if ARGV[i + 5] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i]) end
+  add(KEYS[1], ARGV[i + 2], ARGV[i + 3])
+  if redis.call('HEXISTS', KEYS[5], ARGV[i + 1]) == 0 then pending(KEYS[1], ARGV[i + 2], ARGV[i + 3]) end
+  redis.call('HSET', KEYS[5], ARGV[i + 1], ARGV[i + 2] .. '|' .. ARGV[i + 3] .. '|' .. owner .. '|' .. ARGV[i + 4])
+end
 redis.call('PERSIST', KEYS[1])
 return 1
 `;
@@ -140,6 +150,7 @@ for i = 2, n + 1 do
   if rec then
     local k, amt = string.match(rec, '^([^|]*)|(%d+)|')
     add(sum, k, neg(amt))
+    pending(sum, k, neg(amt))
     redis.call('HDEL', pend, ARGV[i])
   end
 end
@@ -169,6 +180,7 @@ for i = 1, #all, 2 do
     if progress then
       local amt, entry = string.match(progress, '^(%d+)|(.*)$')
       add(sum, k, amt)
+      pending(sum, k, amt)
       redis.call('HSET', pend, r, k .. '|' .. amt .. '|' .. dead .. '|' .. entry)
     end
   end
@@ -224,6 +236,7 @@ export class RedisLimiter implements Limiter {
   readonly owner = `i${randomBytes(6).toString('hex')}`;
   private readonly redis: Scripted;
   private releases = new Map<string, Batch<string>>();
+  private settles = new Map<string, Batch<[string, PendingDebit, boolean]>>();
   private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
   /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
   private readonly listed = new Set<string>();
@@ -311,10 +324,20 @@ export class RedisLimiter implements Limiter {
     }
   }
 
-  async settle(holdId: string, d: PendingDebit, final: boolean): Promise<void> {
+  /** Like releases, the turn's settles of one account go as one script call; each resolves once Redis has it. */
+  settle(holdId: string, d: PendingDebit, final: boolean): Promise<void> {
     this.list(d.accountId);
-    const [sum, holds, exp, run, pend] = this.keys(d.accountId);
-    await this.redis.tgSettle(sum, holds, exp, run, pend, holdId, d.id, d.keyId, d.amount.toString(), d.entry, this.owner, final ? '1' : '0');
+    return this.queue(this.settles, d.accountId, [holdId, d, final], () => this.flushSettles());
+  }
+
+  private flushSettles(): void {
+    const due = this.settles;
+    this.settles = new Map();
+    for (const [accountId, b] of due) {
+      const args: string[] = [this.owner];
+      for (const [holdId, d, final] of b.items) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0');
+      this.redis.tgSettle(...this.keys(accountId), ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
+    }
   }
 
   progress(holdId: string, d: PendingDebit): void {
@@ -384,6 +407,11 @@ export class RedisLimiter implements Limiter {
       await this.redis.multi().zrem(this.instancesKey(), d).del(this.accountsOf(d)).del(lease).exec();
     }
     return out;
+  }
+
+  async pendingOf(accountId: string, keyId: string): Promise<{ account: bigint; key: bigint }> {
+    const [a, k] = await this.redis.hmget(this.keys(accountId)[0], 'pending', `p:${keyId}`);
+    return { account: BigInt(a ?? '0'), key: BigInt(k ?? '0') };
   }
 
   async openHolds(accountId: string): Promise<number> {

@@ -77,6 +77,8 @@ export interface Limiter {
    * handed to one live instance, which commits it and calls `committed`.
    */
   claimOrphans(): Promise<PendingDebit[]>;
+  /** Debits priced and not yet committed, of the account and of one key (what key inspection adds to the ledger's figures). */
+  pendingOf(accountId: string, keyId: string): Promise<{ account: bigint; key: bigint }>;
   /** Open holds (for invariants in tests and for /metrics). */
   openHolds(accountId: string): Promise<number>;
   /** Closes; `nothingPending` false leaves this owner's uncommitted debits for a live instance to take over. */
