@@ -482,9 +482,12 @@ test('a key past its spend limit gets a 402 key_spend_limit_reached APIError', a
 
 test('a key over its rpm gets a RateLimitError with retry-after and rate-limit headers, and nothing billed', async () => {
   const limited = await gw.account('5', { rpm: 1 });
+  // The balance is read through another key of the account: every request with a key counts against
+  // its rpm, key inspection included.
+  const watcher = (await gw.cli('key', 'create', '--account', limited.accountId)).key;
   const client = gw.client(limited.key);
   await client.chat.completions.create({ model: 'sim-chat', messages: HELLO });
-  const before = await gw.balance(limited.key);
+  const before = await gw.balance(watcher);
   await assert.rejects(client.chat.completions.create({ model: 'sim-chat', messages: HELLO }), (err) => {
     assert.ok(err instanceof OpenAI.RateLimitError, `got ${err?.constructor?.name}`);
     assert.equal(err.status, 429);
@@ -495,5 +498,7 @@ test('a key over its rpm gets a RateLimitError with retry-after and rate-limit h
     assert.ok(err.headers.get('x-ratelimit-reset-requests'));
     return true;
   });
-  await assertNotDebited(limited.key, before, 300);
+  const inspect = await fetch(`${gw.url}/svc/v1/key`, { headers: { authorization: `Bearer ${limited.key}` } });
+  assert.equal(inspect.status, 429, 'unbilled requests count against rpm too');
+  await assertNotDebited(watcher, before, 300);
 });

@@ -2,6 +2,7 @@
 matching the spec's ErrorResponse, and nothing billed for a refused request."""
 from __future__ import annotations
 
+import json
 import secrets
 import string
 import time
@@ -167,9 +168,12 @@ def test_a_key_past_its_spend_limit_gets_402_key_spend_limit_reached(gateway, sp
 
 def test_a_key_over_its_rpm_gets_a_rate_limit_error_with_retry_after_and_nothing_billed(gateway, spec):
     limited = gateway.account("5", rpm=1)
+    # The balance is read through another key of the account: every request with a key counts against
+    # its rpm, key inspection included.
+    watcher = gateway.cli("key", "create", "--account", limited.account_id)["key"]
     client = gateway.client(limited.key)
     client.chat.completions.create(model="sim-chat", messages=HELLO)
-    before = gateway.balance(limited.key)
+    before = gateway.balance(watcher)
     with pytest.raises(openai.RateLimitError) as caught:
         client.chat.completions.create(model="sim-chat", messages=HELLO)
     err = caught.value
@@ -181,4 +185,6 @@ def test_a_key_over_its_rpm_gets_a_rate_limit_error_with_retry_after_and_nothing
     assert headers["x-ratelimit-remaining-requests"] == "0"
     assert headers["x-ratelimit-reset-requests"]
     spec.assert_valid("ErrorResponse", err.response.json())
-    gateway.assert_not_debited(limited.key, before)
+    status, _, body = gateway.http("GET", "/svc/v1/key", limited.key)
+    assert status == 429 and json.loads(body)["error"]["code"] == "rate_limit_exceeded", "unbilled requests count against rpm too"
+    gateway.assert_not_debited(watcher, before)
