@@ -9,7 +9,7 @@ import http from 'node:http';
 import uWS from '@trufflesuite/uws-js-unofficial';
 import { Ctx } from '../dist/server/context.js';
 import { readBody } from '../dist/server/body.js';
-import { Upstreams, HOP_BY_HOP } from '../dist/proxy/upstream.js';
+import { Upstreams, FORWARDED } from '../dist/proxy/upstream.js';
 import { collect } from '../dist/proxy/upstream.js';
 import { boundHeapGrowth } from '../dist/server/heap.js';
 
@@ -21,10 +21,10 @@ const PLAIN = process.env.FLOOR_CLIENT === 'http';
 const agent = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' });
 const urls = { chat: new URL(target), stream: new URL(streamTarget) };
 
-/** The same call as `Upstreams.call` (the same headers dropped), on `http.request` directly. */
+/** The same call as `Upstreams.call` (the same headers forwarded), on `http.request` directly. */
 function plainCall(name, method, path, clientHeaders, body) {
   const headers = {};
-  for (const k in clientHeaders) if (!HOP_BY_HOP.has(k)) headers[k] = clientHeaders[k];
+  for (const k of FORWARDED) if (clientHeaders[k] !== undefined) headers[k] = clientHeaders[k];
   headers['content-length'] = String(body.length);
   let req;
   const response = new Promise((resolve, reject) => {

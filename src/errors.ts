@@ -3,7 +3,7 @@
 /** Every error code a client can see (the `code` of the envelope); a new one is added here first. */
 export type ErrorCode =
   // the request
-  | 'invalid_json' | 'validation_error' | 'unsupported_parameter' | 'request_too_large' | 'not_found' | 'method_not_allowed'
+  | 'invalid_json' | 'validation_error' | 'unsupported_parameter' | 'request_too_large' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
   | 'model_not_found'
   // the key
   | 'invalid_api_key' | 'insufficient_scope'
@@ -14,7 +14,7 @@ export type ErrorCode =
   // payments
   | 'payment_provider_error' | 'invalid_signature' | 'invalid_event'
   // the gateway
-  | 'shutting_down' | 'internal_error' | 'client_closed';
+  | 'shutting_down' | 'limits_unavailable' | 'internal_error' | 'client_closed';
 
 /** Renders an error into the body its clients expect: each family has one, used in exactly one place (the response). */
 export interface ErrorRenderer {
@@ -72,7 +72,7 @@ export const STATUS_TEXT: Record<number, string> = {
   200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content',
   400: '400 Bad Request', 401: '401 Unauthorized', 402: '402 Payment Required', 403: '403 Forbidden',
   404: '404 Not Found', 405: '405 Method Not Allowed', 408: '408 Request Timeout', 409: '409 Conflict',
-  413: '413 Payload Too Large', 415: '415 Unsupported Media Type', 422: '422 Unprocessable Entity',
+  413: '413 Payload Too Large', 431: '431 Request Header Fields Too Large', 415: '415 Unsupported Media Type', 422: '422 Unprocessable Entity',
   429: '429 Too Many Requests', 500: '500 Internal Server Error', 502: '502 Bad Gateway',
   503: '503 Service Unavailable', 504: '504 Gateway Timeout',
 };
@@ -84,6 +84,12 @@ export function statusLine(status: number): string {
 /** The client left before its answer: nothing is sent and nothing billed (499 is never written, only logged). */
 export function clientClosed(): GatewayError {
   return new GatewayError({ status: 499, code: 'client_closed', message: 'client closed the connection' });
+}
+
+/** The limiter's store (Redis) cannot be reached: admission fails closed, and says when to retry. */
+export function limitsUnavailable(): GatewayError {
+  return new GatewayError({ status: 503, code: 'limits_unavailable', type: 'server_error', retryable: true, headers: { 'retry-after': '1' },
+    message: 'Rate and spend limits cannot be checked right now, so nothing was run or billed. Retry in a second.' });
 }
 
 export function internalError(): GatewayError {

@@ -80,6 +80,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
     models: new ModelRegistry(c.models), upstreams: new Upstreams(c.upstreams, simUrls) };
   const s: Services = { ...base, billing: new Billing(base) };
   metrics.ledgerWrites = () => settler.writes;
+  metrics.keyLookups = () => cache.missLookups;
   metrics.openHolds = () => admission.openHolds.count;
   metrics.pendingDebits = () => committer.pending;
   // Debits a dead process left durable but uncommitted: claimed now (an embedded restart replays

@@ -93,8 +93,11 @@ export class Charge {
     } catch (e) {
       // The durable record could not be written (Redis unreachable): commit now, with the caller waiting.
       log('warn', 'durable settle failed; committing directly', { debit: debit.id, error: String((e as Error)?.message ?? e) });
-      await this.d.committer.commitNow(entry);
-      if (final) await this.hold.release();
+      try {
+        await this.d.committer.commitNow(entry);
+      } finally {
+        if (final) await this.hold.release();
+      }
       return { cost };
     }
     this.d.committer.enqueue(debit, entry);

@@ -73,17 +73,22 @@ export class Committer {
       return;
     }
     if (tries > 0) this.failing--;
+    await this.clear(debit, entry, result, 0);
+  }
+
+  /** Takes the committed debit off the limiter's pending record, retrying until it can (it counts against the balance until then). */
+  private async clear(debit: PendingDebit, entry: LedgerEntry, result: SettleResult | null, tries: number): Promise<void> {
     try {
-      const state = result.balance !== null ? stateOf(result, entry.keyId) : await currentState(this.db, entry.accountId, entry.keyId);
+      const state = result && result.balance !== null ? stateOf(result, entry.keyId) : await currentState(this.db, entry.accountId, entry.keyId);
       await this.limiter.committed(debit.accountId, [debit.id], state);
     } catch (e) {
-      // In the ledger already; only the limiter's record is left behind. It is counted against the
-      // balance until it expires or this instance's successor takes it over (and finds it committed).
-      log('warn', 'committed debit not cleared from the limiter', { debit: debit.id, error: String((e as Error)?.message ?? e) });
-    } finally {
-      this.inFlight--;
-      this.landed(debit.accountId);
+      if (tries === 0) log('warn', 'committed debit not yet cleared from the limiter; retrying', { debit: debit.id, error: String((e as Error)?.message ?? e) });
+      const wait = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.min(tries, 5));
+      setTimeout(() => { void this.clear(debit, entry, null, tries + 1); }, this.closed ? 50 : wait).unref();
+      return;
     }
+    this.inFlight--;
+    this.landed(debit.accountId);
   }
 
   /** Commits one entry with the caller waiting (when no durable record could be written first). */

@@ -46,33 +46,26 @@ const MAX_BUFFERED = 64 * 1024 * 1024;
  * it produced. The ledger commit never holds the response.
  */
 export async function relay(r: Relay): Promise<void> {
-  const started = process.hrtime.bigint();
-  r.down.onAbort(r.call.abort);
-  let res: IncomingMessage;
   try {
-    res = await r.call.response;
+    const started = process.hrtime.bigint();
+    r.down.onAbort(r.call.abort);
+    const res = await r.call.response;
     if (res.statusCode !== 200) throw await r.upstreamError(res);
-  } catch (e) {
-    await r.charge.release();
-    throw e;
+    const head = r.meter.onResponse(res.headers);
+    const headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
+    res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
+    if (r.meter.mode === 'buffered') await buffered(r, res, started, head.contentType, headers);
+    else await streamed(r, res, started, head.contentType, headers);
+  } finally {
+    // Whatever ended the exchange, a charge still open (an error before its settle) bills nothing.
+    if (r.charge.isOpen) await r.charge.release();
   }
-  const head = r.meter.onResponse(res.headers);
-  const headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
-  res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
-  if (r.meter.mode === 'buffered') await buffered(r, res, started, head.contentType, headers);
-  else await streamed(r, res, started, head.contentType, headers);
 }
 
 async function buffered(r: Relay, res: IncomingMessage, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
-  let body: Buffer | string;
-  try {
-    await read(res, r.meter);
-    r.down.upstreamNs = process.hrtime.bigint() - started;
-    body = r.meter.onEnd(true);
-  } catch (e) {
-    await r.charge.release();
-    throw e;
-  }
+  await read(res, r.meter);
+  r.down.upstreamNs = process.hrtime.bigint() - started;
+  const body = r.meter.onEnd(true);
   await r.charge.settle(r.meter.usage());
   r.down.send(200, body, headers, contentType);
 }

@@ -7,7 +7,30 @@ export function compile<T extends TSchema>(schema: T): TypeCheck<T> {
   return TypeCompiler.Compile(schema);
 }
 
+/** Deeper bodies are refused before they are parsed: no request needs them, and they make recursion throw. */
+export const MAX_JSON_DEPTH = 64;
+
+/** How deeply objects and arrays nest in JSON text, stopping as soon as it passes `max`. */
+export function jsonDepth(buf: Buffer, max = MAX_JSON_DEPTH): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < buf.length; i++) {
+    const c = buf[i]!;
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) { if (++depth > deepest) { deepest = depth; if (deepest > max) return deepest; } }
+    else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return deepest;
+}
+
 export function parseJson<T extends TSchema>(check: TypeCheck<T>, body: Buffer | null): Static<T> {
+  if (body && jsonDepth(body) > MAX_JSON_DEPTH) {
+    throw new GatewayError({ status: 400, code: 'invalid_json', message: `The request body nests objects or arrays deeper than ${MAX_JSON_DEPTH} levels.` });
+  }
   let value: unknown;
   try {
     value = JSON.parse(body && body.length > 0 ? body.toString('utf8') : '');

@@ -1,8 +1,8 @@
 // Admission: balance and ceiling (counting holds and pending debits), rpm and concurrency, then this request's hold.
-import { GatewayError } from '../errors.js';
+import { GatewayError, limitsUnavailable } from '../errors.js';
 import type { KeyRecord } from '../store/keys.js';
 import type { StateCache } from './cache.js';
-import type { Limiter, PendingDebit } from './limits/types.js';
+import type { AdmitOutcome, ExtendOutcome, Limiter, PendingDebit } from './limits/types.js';
 import type { Metrics } from '../observe/metrics.js';
 
 /** An admitted request's place in the limiter: its worst-case amount and its concurrency slot. */
@@ -60,18 +60,26 @@ function moneyRefused(key: KeyRecord, reason: 'insufficient_balance' | 'key_spen
 
 async function moneyState(d: AdmissionDeps, key: KeyRecord) {
   const period = key.spendLimitPeriod === 'daily' ? 'day' as const : 'month' as const;
-  const [balance, spent] = await Promise.all([d.cache.balanceState(key.accountId), d.cache.spendState(key.id, period)]);
-  return { balance, spent };
+  // Both come from memory once the key and account were seen: awaited only on a first use.
+  const b = d.cache.balanceState(key.accountId);
+  const s = d.cache.spendState(key.id, period);
+  return { balance: b instanceof Promise ? await b : b, spent: s instanceof Promise ? await s : s };
 }
 
 export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true): Promise<Hold> {
   const { rpm, concurrency } = effectiveLimits(key, d);
   const { balance, spent } = money ? await moneyState(d, key)
     : { balance: { amount: 0n, version: 0n }, spent: { period: 'month' as const, start: '', amount: 0n, version: 0n } };
-  const out = await d.limiter.admit({
-    holdId, accountId: key.accountId, keyId: key.id, rpm, concurrency, money, hold: money ? amount : 0n,
-    balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
-  });
+  let out: AdmitOutcome;
+  try {
+    out = await d.limiter.admit({
+      holdId, accountId: key.accountId, keyId: key.id, rpm, concurrency, money, hold: money ? amount : 0n,
+      balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
+    });
+  } catch {
+    d.metrics.rejection('limits_unavailable');
+    throw limitsUnavailable();
+  }
   if (!out.ok) {
     d.metrics.rejection(out.reason);
     switch (out.reason) {
@@ -124,7 +132,12 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
     extend: async (more) => {
       if (!open) throw new Error(`hold ${holdId} is closed`);
       const { balance, spent } = await moneyState(d, key);
-      const r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs });
+      let r: ExtendOutcome;
+      try {
+        r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs });
+      } catch {
+        throw limitsUnavailable();
+      }
       if (r.ok) { held += more; return; }
       d.metrics.rejection(r.reason);
       if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });

@@ -9,13 +9,25 @@ function invalidKey(message: string): GatewayError {
   return new GatewayError({ status: 401, code: 'invalid_api_key', type: 'invalid_request_error', message });
 }
 
+/**
+ * The key a request presents, from `Authorization: Bearer` or `xi-api-key`. Two different keys
+ * (both headers, or a header repeated) are refused: billing one of them silently would be a guess.
+ */
 export function presentedKey(headers: Headers): string | null {
   const auth = headers.authorization;
+  const xi = headers['xi-api-key'];
+  if (auth !== undefined && auth.includes(',')) throw invalidKey('The request carries more than one Authorization header; send exactly one key.');
+  if (xi !== undefined && xi.includes(',')) throw invalidKey('The request carries more than one xi-api-key header; send exactly one key.');
+  let fromAuth: string | null = null;
   if (auth !== undefined) {
     const m = /^Bearer\s+(\S+)\s*$/i.exec(auth);
-    return m ? m[1]! : '';
+    fromAuth = m ? m[1]! : '';
   }
-  return headers['xi-api-key']?.trim() ?? null;
+  const fromXi = xi?.trim() ?? null;
+  if (fromAuth !== null && fromXi !== null && fromAuth !== fromXi) {
+    throw invalidKey('The request carries two different keys (Authorization and xi-api-key); send exactly one.');
+  }
+  return fromAuth ?? fromXi;
 }
 
 export async function authenticate(cache: StateCache, headers: Headers): Promise<KeyRecord> {

@@ -1,6 +1,6 @@
 // In-memory mirrors of keys, balances and period spend, kept current by settles and a change-feed poll.
 import type { Db } from '../store/db.js';
-import { keyByHash, keysChangedSince, type KeyRecord } from '../store/keys.js';
+import { allKeys, keyByHash, keysChangedSince, type KeyRecord } from '../store/keys.js';
 import { accountById, accountsChangedSince, keySpend } from '../store/accounts.js';
 import type { Nanodollars } from '../money.js';
 import { periodStarts } from '../store/periods.js';
@@ -8,9 +8,17 @@ import type { SettleListener } from '../ledger/settle.js';
 
 interface SpendEntry { start: string; spent: bigint; version: bigint }
 interface KeySpendState { day: SpendEntry; month: SpendEntry }
+export interface SpendState { period: 'day' | 'month'; start: string; amount: bigint; version: bigint }
 
 export const SYNC_INTERVAL_MS = 400;
 const NEGATIVE_TTL_MS = 1000;
+/**
+ * Every key is in memory (loaded at start, kept current by the change feed), so an unknown key is
+ * answered from memory. Only a key made in the last moments on another instance can be missing:
+ * those few are looked up in the store, at most this many a second (a flood of made-up keys costs
+ * no more than that).
+ */
+const MISS_LOOKUPS_PER_SEC = 20;
 
 export class StateCache implements SettleListener {
   private readonly byHash = new Map<string, KeyRecord>();
@@ -19,18 +27,28 @@ export class StateCache implements SettleListener {
   private readonly balances = new Map<string, { balance: bigint; version: bigint }>();
   private readonly spends = new Map<string, KeySpendState>();
   private keyVersion = 0n;
+  private missBudget = { tokens: MISS_LOOKUPS_PER_SEC, at: Date.now() };
+  /** Store lookups of hashes not in memory (for tests and metrics). */
+  missLookups = 0;
   private acctVersion = 0n;
   private spendVersion = 0n;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly db: Db) {}
 
-  /** Authenticates a key hash from memory; only a hash never seen before costs a query. */
+  /** Authenticates a key hash from memory; a hash not in memory costs a query only within a small budget a second. */
   async keyForHash(hash: string): Promise<KeyRecord | null> {
     const hit = this.byHash.get(hash);
     if (hit) return hit;
+    const now = Date.now();
     const neg = this.unknown.get(hash);
-    if (neg !== undefined && neg > Date.now()) return null;
+    if (neg !== undefined && neg > now) return null;
+    const b = this.missBudget;
+    b.tokens = Math.min(MISS_LOOKUPS_PER_SEC, b.tokens + ((now - b.at) * MISS_LOOKUPS_PER_SEC) / 1000);
+    b.at = now;
+    if (b.tokens < 1) return null;
+    b.tokens -= 1;
+    this.missLookups++;
     const rec = await keyByHash(this.db, hash);
     if (!rec) {
       if (this.unknown.size > 10_000) this.unknown.clear();
@@ -54,7 +72,14 @@ export class StateCache implements SettleListener {
   }
 
   /** The committed balance this instance knows, with the version that orders it against other instances' views. */
-  async balanceState(accountId: string): Promise<{ amount: bigint; version: bigint }> {
+  balanceState(accountId: string): { amount: bigint; version: bigint } | Promise<{ amount: bigint; version: bigint }> {
+    const hit = this.balances.get(accountId);
+    // From memory without a promise: every admission asks.
+    if (hit) return { amount: hit.balance, version: hit.version };
+    return this.loadBalance(accountId);
+  }
+
+  private async loadBalance(accountId: string): Promise<{ amount: bigint; version: bigint }> {
     let hit = this.balances.get(accountId);
     if (!hit) {
       const acct = await accountById(this.db, accountId);
@@ -65,8 +90,8 @@ export class StateCache implements SettleListener {
   }
 
   /** The key's committed spend in the current UTC day or month, with its period start and version. */
-  async spendState(keyId: string, period: 'day' | 'month', now = new Date()): Promise<{ period: 'day' | 'month'; start: string; amount: bigint; version: bigint }> {
-    await this.spendOf(keyId, now);
+  spendState(keyId: string, period: 'day' | 'month', now = new Date()): SpendState | Promise<SpendState> {
+    if (!this.spends.has(keyId)) return this.spendOf(keyId, now).then(() => this.spendState(keyId, period, now));
     const cur = periodStarts(now)[period];
     const e = this.spends.get(keyId)![period];
     return e.start === cur ? { period, start: cur, amount: e.spent, version: e.version } : { period, start: cur, amount: 0n, version: 0n };
@@ -96,12 +121,13 @@ export class StateCache implements SettleListener {
     if (start > cur.start || (start === cur.start && version >= cur.version)) s[period] = { start, spent, version };
   }
 
-  /** Starts the change feed at the store's present position instead of replaying every row. */
+  /** Loads every key, and starts the change feed at the store's present position. */
   async init(): Promise<void> {
     const res = await this.db.query(`SELECT coalesce((SELECT max(version) FROM api_keys), 0) AS k,
       coalesce((SELECT max(version) FROM accounts), 0) AS a, coalesce((SELECT max(version) FROM key_spend), 0) AS s`);
     const r = res.rows[0]!;
     this.keyVersion = r.k as bigint; this.acctVersion = r.a as bigint; this.spendVersion = r.s as bigint;
+    for (const k of await allKeys(this.db)) this.putKey(k);
   }
 
   /** Polls the change feed so revocations, limit changes, credits and other instances' spend show within a second. */
@@ -122,7 +148,7 @@ export class StateCache implements SettleListener {
   async sync(): Promise<void> {
     for (const rec of await keysChangedSince(this.db, this.keyVersion)) {
       if (rec.version > this.keyVersion) this.keyVersion = rec.version;
-      if (this.byId.has(rec.id) || this.byHash.has(rec.hash)) this.putKey(rec);
+      this.putKey(rec);
     }
     for (const a of await accountsChangedSince(this.db, this.acctVersion)) {
       if (a.version > this.acctVersion) this.acctVersion = a.version;

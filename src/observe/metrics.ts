@@ -21,6 +21,7 @@ export class Metrics {
   inFlight = (): number => 0;
   openHolds = (): number => 0;
   pendingDebits = (): number => 0;
+  keyLookups = (): number => 0;
 
   request(route: string, status: number, totalMs: number, upstreamMs: number): void {
     const k = `route="${route}",status="${status}"`;
@@ -47,6 +48,8 @@ export class Metrics {
     out.push(`tollgate_in_flight_requests ${this.inFlight()}`);
     out.push('# HELP tollgate_open_holds In-flight spend holds this instance has placed.', '# TYPE tollgate_open_holds gauge');
     out.push(`tollgate_open_holds ${this.openHolds()}`);
+    out.push('# HELP tollgate_key_store_lookups_total Keys not in memory looked up in the store (bounded a second).', '# TYPE tollgate_key_store_lookups_total counter');
+    out.push(`tollgate_key_store_lookups_total ${this.keyLookups()}`);
     out.push('# HELP tollgate_pending_debits Priced debits made durable by this instance and not yet committed to the ledger.', '# TYPE tollgate_pending_debits gauge');
     out.push(`tollgate_pending_debits ${this.pendingDebits()}`);
     return `${out.join('\n')}\n`;

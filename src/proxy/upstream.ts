@@ -40,9 +40,11 @@ export interface UpstreamCall {
   abort(): void;
 }
 
-/** Client headers not sent upstream: hop-by-hop ones, the client's credentials, and what we set ourselves. */
-export const HOP_BY_HOP: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'proxy-connection', 'te', 'trailer',
-  'host', 'content-length', 'authorization', 'xi-api-key', 'cookie', 'accept-encoding', 'x-forwarded-for']);
+/**
+ * The only client headers an upstream is sent: what it needs to read the body and shape the reply.
+ * Everything else (credentials, cookies, hop-by-hop headers, whatever a client adds) stays here.
+ */
+export const FORWARDED: ReadonlySet<string> = new Set(['content-type', 'accept']);
 
 export class Upstreams {
   private readonly proxy = createProxyServer({});
@@ -84,7 +86,7 @@ export class Upstreams {
   call(name: string, method: string, path: string, clientHeaders: Record<string, string>, body: Buffer, requestId: string, timeoutMs?: number): UpstreamCall {
     const cfg = this.config(name);
     const headers: http.OutgoingHttpHeaders = {};
-    for (const k in clientHeaders) if (!HOP_BY_HOP.has(k)) headers[k] = clientHeaders[k];
+    for (const k of FORWARDED) { const v = clientHeaders[k]; if (v !== undefined) headers[k] = v; }
     headers['content-length'] = String(body.length);
     headers['x-request-id'] = requestId;
     if (cfg.apiKeyEnv) headers.authorization = `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}`;

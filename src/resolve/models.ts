@@ -20,15 +20,24 @@ export class ModelRegistry {
   resolve(name: string, kind?: ModelConfig['kind']): ModelConfig {
     const m = this.byName.get(name);
     if (m && (!kind || m.kind === kind)) return m;
+    // An id longer than any model's is no typo: no suggestion (the search is quadratic in the length).
     const pool = [...this.byName.entries()].filter(([, v]) => !kind || v.kind === kind).map(([k]) => k);
-    const near = nearest(name, pool);
+    const near = name.length <= MAX_ID ? nearest(name, pool) : undefined;
     const hint = near ? ` Did you mean \`${near}\`?` : '';
     const what = m ? ` is not a ${kind} model.` : ' does not exist.';
     throw new GatewayError({
       status: 404, code: 'model_not_found', param: 'model',
-      message: `The model \`${name}\`${what}${hint}`,
+      message: `The model \`${shown(name)}\`${what}${hint}`,
     });
   }
+}
+
+/** The longest id that is looked for near matches; longer ones are answered at once. */
+export const MAX_ID = 256;
+
+/** A client's value as an error message quotes it: never more than a short prefix. */
+export function shown(value: string, max = 64): string {
+  return value.length <= max ? value : `${value.slice(0, max)}… (${value.length} characters)`;
 }
 
 export function nearest(name: string, pool: readonly string[]): string | undefined {

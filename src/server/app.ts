@@ -22,6 +22,8 @@ export function baseUrlOf(config: Config, port: number): string {
 }
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+/** More header bytes than any client of ours sends: refused with 431 before anything else is done. */
+export const MAX_HEADER_BYTES = 16 * 1024;
 
 export class Gateway {
   port = 0;
@@ -72,6 +74,9 @@ export class Gateway {
     let hold: Hold | null = null;
     try {
       if (this.draining) throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This instance is shutting down; retry.' });
+      if (ctx.headerBytes > MAX_HEADER_BYTES) {
+        throw new GatewayError({ status: 431, code: 'headers_too_large', message: `The request's headers are larger than ${MAX_HEADER_BYTES} bytes.` });
+      }
       if ('allowed' in m) throw methodNotAllowed(ctx.method, m.allowed);
       if (!('route' in m)) throw notFound(ctx.path);
       const { route, params } = m;

@@ -32,6 +32,8 @@ export class Ctx {
   headersSent = false;
   finished = false;
   upstreamNs = 0n;
+  /** Bytes of the request's header lines as received (names, values, separators). */
+  headerBytes = 0;
   private readonly abortHandlers: (() => void)[] = [];
   private writableWaiter: (() => void) | null = null;
 
@@ -40,7 +42,12 @@ export class Ctx {
     this.path = req.getUrl();
     this.query = req.getQuery() ?? '';
     this.url = this.query ? `${this.path}?${this.query}` : this.path;
-    req.forEach((k, v) => { this.headers[k] = v; });
+    // A repeated header keeps every value (comma-joined, as HTTP lists are): two credentials stay visible as two.
+    req.forEach((k, v) => {
+      this.headerBytes += k.length + v.length + 4;
+      const prior = this.headers[k];
+      this.headers[k] = prior === undefined ? v : `${prior}, ${v}`;
+    });
     const given = this.headers['x-request-id'];
     this.requestId = given && SANE_REQUEST_ID.test(given) ? given : newId('req');
     this.remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();

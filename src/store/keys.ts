@@ -116,6 +116,12 @@ export async function updateKeyLimits(db: Queryable, prefix: string, l: KeyLimit
  * Keys changed since a version. Sequence values are taken before commit, so a slow writer can
  * commit a lower version after a higher one is seen: the two-second overlap re-reads those.
  */
+/** Every key (the gateway keeps them all in memory, so unknown keys are answered without the store). */
+export async function allKeys(db: Queryable): Promise<KeyRecord[]> {
+  const res = await db.query('SELECT * FROM api_keys');
+  return res.rows.map(toKey);
+}
+
 export async function keysChangedSince(db: Queryable, version: bigint): Promise<KeyRecord[]> {
   const res = await db.query(
     `SELECT ${COLS} FROM api_keys WHERE version > $1 OR updated_at > clock_timestamp() - interval '2 seconds'`, [version]);

@@ -1,8 +1,15 @@
 // UTC calendar periods for key spend ceilings: the day and the month a moment falls in.
 
+let memo: { until: number; from: number; starts: { day: string; month: string } } = { until: 0, from: 0, starts: { day: '', month: '' } };
+
+/** The UTC day and month `now` falls in (memoised for the rest of the UTC hour: every admission asks). */
 export function periodStarts(now: Date): { day: string; month: string } {
+  const t = now.getTime();
+  if (t >= memo.from && t < memo.until) return memo.starts;
   const iso = now.toISOString();
-  return { day: iso.slice(0, 10), month: `${iso.slice(0, 7)}-01` };
+  const from = t - (t % 3_600_000);
+  memo = { from, until: from + 3_600_000, starts: { day: iso.slice(0, 10), month: `${iso.slice(0, 7)}-01` } };
+  return memo.starts;
 }
 
 /** Seconds until the period that contains `now` ends (UTC), for reset hints. */

@@ -51,6 +51,7 @@ export async function textExchange(s: Services, ctx: Ctx, x: TextExchange): Prom
     await charge.release();
     throw e;
   }
+  // From here the relay owns the charge: it settles it or, whatever happens, releases it.
   await relay({
     down: ctx, charge, call, meter, idleMs: up.timeoutMs, requestId: ctx.requestId, label: x.model.id,
     upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),

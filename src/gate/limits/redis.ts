@@ -241,9 +241,18 @@ export class RedisLimiter implements Limiter {
   /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
   private readonly listed = new Set<string>();
   private beat: NodeJS.Timeout | undefined;
+  /** When the connection last became ready: after an outage every owner's heartbeat is stale, so takeovers wait. */
+  private readyAt = Date.now();
 
   constructor(url: string, private readonly prefix: string) {
-    const r = new Redis(url, { maxRetriesPerRequest: 2, enableAutoPipelining: true, lazyConnect: false });
+    // No offline queue: while Redis is unreachable a command fails at once, so admission answers 503
+    // in a moment instead of holding requests until the connection returns.
+    const r = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false, enableAutoPipelining: true, lazyConnect: false });
+    r.on('error', () => undefined); // reported where a command fails; the client reconnects by itself
+    r.on('ready', () => {
+      this.readyAt = Date.now();
+      (r as Scripted).tgBeat(this.instancesKey(), this.owner).catch(() => undefined);
+    });
     r.defineCommand('tgAdmit', { numberOfKeys: 6, lua: ADMIT });
     r.defineCommand('tgRelease', { numberOfKeys: 4, lua: RELEASE });
     r.defineCommand('tgExtend', { numberOfKeys: 3, lua: EXTEND });
@@ -256,6 +265,12 @@ export class RedisLimiter implements Limiter {
   }
 
   async ready(): Promise<void> {
+    if (this.redis.status !== 'ready') {
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error('Redis did not become ready within 10 s')), 10_000);
+        this.redis.once('ready', () => { clearTimeout(t); resolve(); });
+      });
+    }
     await this.redis.ping();
     await this.redis.tgBeat(this.instancesKey(), this.owner);
     const tick = () => {
@@ -392,6 +407,8 @@ export class RedisLimiter implements Limiter {
    */
   async claimOrphans(): Promise<PendingDebit[]> {
     const out: PendingDebit[] = [];
+    // Just back from an outage: nobody could beat meanwhile, so silence proves nothing yet.
+    if (Date.now() - this.readyAt < DEAD_AFTER_MS + HEARTBEAT_MS) return out;
     const dead = (await this.redis.tgSilent(this.instancesKey(), String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
     for (const d of dead) {
       const lease = `${this.prefix}recover:${d}`;

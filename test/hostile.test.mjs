@@ -1,0 +1,133 @@
+// Hostile and malformed input: refused early and cheaply, in the family's envelope, with nothing held or billed.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import net from 'node:net';
+import { randomBytes } from 'node:crypto';
+import { startGateway, bearer, chatBody, assertInvariants } from './helpers/gateway.mjs';
+
+const metric = async (gw, name) => Number(new RegExp(`^${name} (\\d+)`, 'm').exec(await (await gw.fetch('/metrics')).text())?.[1]);
+
+test('a 4 MB model id is answered at once with a short message and no suggestion search', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key, account } = await gw.account('1');
+  const huge = 'x'.repeat(4 * 1024 * 1024 - 200);
+  const started = Date.now();
+  const res = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: JSON.stringify({ model: huge, messages: [{ role: 'user', content: 'hi' }] }) });
+  const text = await res.text();
+  assert.equal(res.status, 404);
+  assert.ok(text.length < 600, `the error is short (${text.length} bytes), not an echo of the id`);
+  assert.match(JSON.parse(text).error.message, /characters\)/);
+  assert.doesNotMatch(text, /Did you mean/);
+  assert.ok(Date.now() - started < 3000, 'answered without a quadratic search');
+  await assertInvariants(assert, gw, account);
+});
+
+test('unknown keys are refused from memory: a flood of made-up keys costs the store a bounded number of lookups', async (t) => {
+  const gw = await startGateway(t, { store: 'postgres' });
+  const { key } = await gw.account('1');
+  const before = await metric(gw, 'tollgate_key_store_lookups_total');
+  const started = Date.now();
+  const codes = await Promise.all(Array.from({ length: 400 }, () => gw.fetch('/v1/models', {
+    headers: { authorization: `Bearer svc_live_${randomBytes(30).toString('base64url').replace(/[-_]/g, 'a').slice(0, 40)}` },
+  }).then((r) => r.status)));
+  const secs = (Date.now() - started) / 1000;
+  assert.deepEqual([...new Set(codes)], [401]);
+  const lookups = (await metric(gw, 'tollgate_key_store_lookups_total')) - before;
+  assert.ok(lookups <= 20 * (secs + 1) + 1, `${lookups} store lookups for 400 unknown keys in ${secs.toFixed(2)} s`);
+  // a real key made a moment ago through the CLI is still found
+  assert.equal((await gw.fetch('/v1/models', { headers: bearer(key) })).status, 200);
+});
+
+test('JSON nested deeper than 64 levels is refused with 400, free, and holds nothing', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key, account } = await gw.account('1');
+  for (const depth of [100_000, 1_000, 65]) {
+    const nested = `${'['.repeat(depth)}${']'.repeat(depth)}`;
+    const body = `{"model":"sim-chat","stream":true,"messages":[{"role":"user","content":"hi"}],"metadata":${nested}}`;
+    const res = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body });
+    const j = await res.json();
+    assert.equal(res.status, 400, `depth ${depth}`);
+    assert.equal(j.error.code, 'invalid_json');
+  }
+  // 64 deep is fine as JSON (the schema decides what it means): it reaches validation, not a crash
+  const ok = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() });
+  assert.equal(ok.status, 200);
+  await ok.text();
+  const show = await gw.cli('account', 'show', account);
+  assert.ok(show.balance < 1, 'only the good request was billed');
+  await assertInvariants(assert, gw, account);
+});
+
+test('a 64 KB header gets 431, and the upstream is sent only the headers it needs', async (t) => {
+  const seen = [];
+  const upstream = http.createServer((req, res) => {
+    seen.push(req.headers);
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model: 'cap', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } }));
+    });
+  });
+  await new Promise((r) => upstream.listen(0, '127.0.0.1', r));
+  t.after(() => upstream.close());
+  const gw = await startGateway(t, {
+    store: 'pglite', upstreams: { cap: { base_url: `http://127.0.0.1:${upstream.address().port}` } },
+    models: [{ id: 'cap', upstream: 'cap', kind: 'chat', input_per_mtok: '1', output_per_mtok: '1' }],
+  });
+  const { key, account } = await gw.account('1');
+  const big = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), 'x-junk': 'y'.repeat(64 * 1024) }, body: chatBody({ model: 'cap' }) });
+  assert.equal(big.status, 431);
+  assert.equal((await big.json()).error.code, 'headers_too_large');
+  assert.equal(seen.length, 0, 'nothing reached the upstream');
+  const res = await gw.fetch('/v1/chat/completions', {
+    method: 'POST', headers: { ...bearer(key), cookie: 'session=secret', 'x-custom': 'z', 'openai-organization': 'org' }, body: chatBody({ model: 'cap' }),
+  });
+  assert.equal(res.status, 200);
+  await res.text();
+  const h = seen[0];
+  assert.equal(h.authorization, undefined, 'the client key stays here');
+  assert.equal(h.cookie, undefined);
+  assert.equal(h['x-custom'], undefined);
+  assert.equal(h['content-type'], 'application/json');
+  assert.ok(h['x-request-id'], 'the request id is passed on');
+  await assertInvariants(assert, gw, account);
+});
+
+test('two different keys on one request are refused as ambiguous; the same key twice is fine', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const a = await gw.account('1');
+  const b = await gw.account('1');
+  const both = await gw.fetch('/svc/v1/key', { headers: { authorization: `Bearer ${a.key}`, 'xi-api-key': b.key } });
+  assert.equal(both.status, 401);
+  const body = await both.json();
+  assert.equal(body.error.code, 'invalid_api_key');
+  assert.match(body.error.message, /two different keys/);
+  // two Authorization headers, written raw (fetch would join them itself)
+  const u = new URL(gw.url);
+  const reply = await new Promise((resolve, reject) => {
+    const sock = net.connect(Number(u.port), u.hostname, () => {
+      sock.end(`GET /svc/v1/key HTTP/1.1\r\nHost: ${u.host}\r\nAuthorization: Bearer ${a.key}\r\nAuthorization: Bearer ${b.key}\r\nConnection: close\r\n\r\n`);
+    });
+    let d = '';
+    sock.on('data', (c) => { d += c; });
+    sock.on('end', () => resolve(d));
+    sock.on('error', reject);
+  });
+  assert.match(reply, /^HTTP\/1\.1 401/);
+  assert.match(reply, /more than one Authorization header/);
+  const same = await gw.fetch('/svc/v1/key', { headers: { authorization: `Bearer ${a.key}`, 'xi-api-key': a.key } });
+  assert.equal(same.status, 200);
+});
+
+test('unbilled requests count against the key\'s rpm and concurrency too', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key } = await gw.account('1', { rpm: 2 });
+  const codes = [];
+  for (let i = 0; i < 3; i++) codes.push((await gw.fetch('/v1/models', { headers: bearer(key) })).status);
+  assert.deepEqual(codes, [200, 200, 429]);
+  const inspect = await gw.fetch('/svc/v1/key', { headers: bearer(key) });
+  assert.equal(inspect.status, 429);
+  assert.ok(Number(inspect.headers.get('retry-after')) > 0);
+});
