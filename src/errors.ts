@@ -14,7 +14,7 @@ export type ErrorCode =
   // payments
   | 'payment_provider_error' | 'invalid_signature' | 'invalid_event'
   // the gateway
-  | 'shutting_down' | 'limits_unavailable' | 'internal_error' | 'client_closed';
+  | 'shutting_down' | 'limits_unavailable' | 'store_unavailable' | 'internal_error' | 'client_closed';
 
 /** Renders an error into the body its clients expect: each family has one, used in exactly one place (the response). */
 export interface ErrorRenderer {
@@ -90,6 +90,12 @@ export function clientClosed(): GatewayError {
 export function limitsUnavailable(): GatewayError {
   return new GatewayError({ status: 503, code: 'limits_unavailable', type: 'server_error', retryable: true, headers: { 'retry-after': '1' },
     message: 'Rate and spend limits cannot be checked right now, so nothing was run or billed. Retry in a second.' });
+}
+
+/** The store (PostgreSQL) cannot be reached and what was asked is not in memory. */
+export function storeUnavailable(): GatewayError {
+  return new GatewayError({ status: 503, code: 'store_unavailable', type: 'server_error', retryable: true, headers: { 'retry-after': '2' },
+    message: 'The account store cannot be reached right now, so nothing was run or billed. Retry in a few seconds.' });
 }
 
 export function internalError(): GatewayError {

@@ -93,11 +93,8 @@ export class Charge {
     } catch (e) {
       // The durable record could not be written (Redis unreachable): commit now, with the caller waiting.
       log('warn', 'durable settle failed; committing directly', { debit: debit.id, error: String((e as Error)?.message ?? e) });
-      try {
-        await this.d.committer.commitNow(entry);
-      } finally {
-        if (final) await this.hold.release();
-      }
+      // The hold was freed by the failed settle (a final one); a part leaves it for what follows.
+      await this.d.committer.commitNow(debit, entry);
       return { cost };
     }
     this.d.committer.enqueue(debit, entry);

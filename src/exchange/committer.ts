@@ -91,9 +91,15 @@ export class Committer {
     this.landed(debit.accountId);
   }
 
-  /** Commits one entry with the caller waiting (when no durable record could be written first). */
-  async commitNow(entry: LedgerEntry): Promise<void> {
-    await this.settler.submit(entry);
+  /**
+   * Commits one entry with the caller waiting (when no durable record could be written first). The
+   * record may have been written all the same, its answer lost: it is cleared from the limiter after.
+   */
+  async commitNow(debit: PendingDebit, entry: LedgerEntry): Promise<void> {
+    const result = await this.settler.submit(entry);
+    this.inFlight++;
+    this.byAccount.set(debit.accountId, (this.byAccount.get(debit.accountId) ?? 0) + 1);
+    void this.clear(debit, entry, result, 0);
   }
 
   /** Resolves once every debit handed in so far has committed, or the deadline passed (they stay durable). */

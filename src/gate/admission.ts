@@ -1,5 +1,5 @@
 // Admission: balance and ceiling (counting holds and pending debits), rpm and concurrency, then this request's hold.
-import { GatewayError, limitsUnavailable } from '../errors.js';
+import { GatewayError, limitsUnavailable, storeUnavailable } from '../errors.js';
 import type { KeyRecord } from '../store/keys.js';
 import type { StateCache } from './cache.js';
 import type { AdmitOutcome, ExtendOutcome, Limiter, PendingDebit } from './limits/types.js';
@@ -50,6 +50,17 @@ export function goDuration(ms: number): string {
  * and pending debit of the account (on any instance, with Redis), and this request holds `amount`
  * until it settles. Without, only rpm and concurrency apply (unbilled routes).
  */
+/**
+ * A release that did not reach the limiter (Redis unreachable) is tried again in the background for
+ * about two minutes: a hold left behind would keep the key's slot and amount taken until its TTL.
+ */
+function retryRelease(d: AdmissionDeps, accountId: string, holdId: string, tries: number): void {
+  if (tries > 30) return;
+  setTimeout(() => {
+    d.limiter.release(accountId, holdId).catch(() => retryRelease(d, accountId, holdId, tries + 1));
+  }, Math.min(5_000, 250 * 2 ** Math.min(tries, 5))).unref();
+}
+
 function moneyRefused(key: KeyRecord, reason: 'insufficient_balance' | 'key_spend_limit_reached'): GatewayError {
   return reason === 'insufficient_balance'
     ? new GatewayError({ status: 402, code: 'insufficient_balance', type: 'insufficient_quota',
@@ -68,8 +79,15 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
 
 export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true): Promise<Hold> {
   const { rpm, concurrency } = effectiveLimits(key, d);
-  const { balance, spent } = money ? await moneyState(d, key)
-    : { balance: { amount: 0n, version: 0n }, spent: { period: 'month' as const, start: '', amount: 0n, version: 0n } };
+  let state;
+  try {
+    state = money ? await moneyState(d, key)
+      : { balance: { amount: 0n, version: 0n }, spent: { period: 'month' as const, start: '', amount: 0n, version: 0n } };
+  } catch {
+    // A key or account not yet in memory, and the store unreachable.
+    throw storeUnavailable();
+  }
+  const { balance, spent } = state;
   let out: AdmitOutcome;
   try {
     out = await d.limiter.admit({
@@ -77,6 +95,8 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
     });
   } catch {
+    // The script may have run and only its answer been lost: a hold placed then must not linger.
+    retryRelease(d, key.accountId, holdId, 0);
     d.metrics.rejection('limits_unavailable');
     throw limitsUnavailable();
   }
@@ -119,14 +139,20 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
     release: async () => {
       if (!close()) return;
       const p = d.limiter.release(key.accountId, holdId)
-        .catch(() => undefined) // a lost release expires with the hold's TTL
+        .catch(() => retryRelease(d, key.accountId, holdId, 1))
         .finally(() => { d.openHolds.releasing.delete(p); });
       d.openHolds.releasing.add(p);
       await p;
     },
     settle: async (debit, final) => {
       if (final && !close()) throw new Error(`hold ${holdId} is already closed`);
-      await d.limiter.settle(holdId, debit, final);
+      try {
+        await d.limiter.settle(holdId, debit, final);
+      } catch (e) {
+        // Not recorded (as far as we know): the caller commits the debit another way; the hold still goes.
+        if (final) d.limiter.release(key.accountId, holdId).catch(() => retryRelease(d, key.accountId, holdId, 1));
+        throw e;
+      }
     },
     progress: (debit) => { if (open) d.limiter.progress(holdId, debit); },
     extend: async (more) => {

@@ -1,5 +1,5 @@
 // Authenticates the key from `Authorization: Bearer` or `xi-api-key`, from memory, and checks route scopes.
-import { GatewayError } from '../errors.js';
+import { GatewayError, storeUnavailable } from '../errors.js';
 import { hashKey, looksLikeKey } from '../store/ids.js';
 import type { KeyRecord, Scope } from '../store/keys.js';
 import type { StateCache } from './cache.js';
@@ -34,7 +34,12 @@ export async function authenticate(cache: StateCache, headers: Headers): Promise
   const key = presentedKey(headers);
   if (key === null) throw invalidKey('No API key provided. Send it as `Authorization: Bearer svc_live_...` or in the `xi-api-key` header.');
   if (!looksLikeKey(key)) throw invalidKey('Incorrect API key provided: it is not a Tollgate key (they start with `svc_live_`).');
-  const rec = await cache.keyForHash(hashKey(key));
+  let rec: KeyRecord | null;
+  try {
+    rec = await cache.keyForHash(hashKey(key));
+  } catch {
+    throw storeUnavailable(); // not in memory, and the store could not be asked
+  }
   if (!rec) throw invalidKey(`Incorrect API key provided: ${key.slice(0, 12)}... is not a known key.`);
   if (rec.revokedAt) throw invalidKey(`The API key ${rec.prefix}... has been revoked.`);
   return rec;

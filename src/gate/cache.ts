@@ -28,6 +28,7 @@ export class StateCache implements SettleListener {
   private readonly spends = new Map<string, KeySpendState>();
   private keyVersion = 0n;
   private missBudget = { tokens: MISS_LOOKUPS_PER_SEC, at: Date.now() };
+  private readonly lookups = new Map<string, Promise<KeyRecord | null>>();
   /** Store lookups of hashes not in memory (for tests and metrics). */
   missLookups = 0;
   private acctVersion = 0n;
@@ -46,9 +47,18 @@ export class StateCache implements SettleListener {
     const b = this.missBudget;
     b.tokens = Math.min(MISS_LOOKUPS_PER_SEC, b.tokens + ((now - b.at) * MISS_LOOKUPS_PER_SEC) / 1000);
     b.at = now;
+    // Concurrent requests with one new key share one lookup.
+    const pending = this.lookups.get(hash);
+    if (pending) return pending;
     if (b.tokens < 1) return null;
     b.tokens -= 1;
     this.missLookups++;
+    const lookup = this.lookup(hash).finally(() => this.lookups.delete(hash));
+    this.lookups.set(hash, lookup);
+    return lookup;
+  }
+
+  private async lookup(hash: string): Promise<KeyRecord | null> {
     const rec = await keyByHash(this.db, hash);
     if (!rec) {
       if (this.unknown.size > 10_000) this.unknown.clear();

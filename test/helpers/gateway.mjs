@@ -41,7 +41,7 @@ export async function freshDatabase() {
 }
 
 /**
- * options: { store: 'pglite' | 'postgres', redis: boolean, embedded: boolean (no --config at all),
+ * options: { store: 'pglite' | 'postgres', redis: boolean, redisUrl (another Redis), embedded: boolean (no --config at all),
  *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env, workers }
  */
 export async function startGateway(t, options = {}) {
@@ -50,6 +50,7 @@ export async function startGateway(t, options = {}) {
   const env = { ...process.env, TOLLGATE_LOG_REQUESTS: '0', ...(options.env ?? {}) };
   const cleanups = [];
   let configPath = null;
+  let redisPrefix = null;
   let db = options.database ?? null;
   if (!options.embedded) {
     const config = {
@@ -65,10 +66,11 @@ export async function startGateway(t, options = {}) {
       config.database = { url_env: 'TOLLGATE_TEST_DATABASE_URL', pool_size: 8 };
     }
     if (options.redis) {
-      const prefix = options.redisPrefix ?? `tgtest:${randomBytes(5).toString('hex')}:`;
-      env.TOLLGATE_TEST_REDIS_URL = REDIS_URL;
+      redisPrefix = options.redisPrefix ?? `tgtest:${randomBytes(5).toString('hex')}:`;
+      const prefix = redisPrefix;
+      env.TOLLGATE_TEST_REDIS_URL = options.redisUrl ?? REDIS_URL;
       config.redis = { url_env: 'TOLLGATE_TEST_REDIS_URL', key_prefix: prefix };
-      if (!options.redisPrefix) cleanups.push(() => clearRedisPrefix(prefix));
+      if (!options.redisPrefix) cleanups.push(() => clearRedisPrefix(prefix, options.redisUrl));
     }
     configPath = join(dir, 'config.json');
     writeFileSync(configPath, JSON.stringify(config, null, 2));
@@ -94,7 +96,7 @@ export async function startGateway(t, options = {}) {
   });
   const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
   const gw = {
-    proc, dir, output, db, exited, configPath,
+    proc, dir, output, db, exited, configPath, redisPrefix,
     url: listening.base_url,
     /** Runs a CLI command against the same store, returning its --json object. */
     async cli(...cliArgs) {
@@ -136,9 +138,9 @@ export async function startGateway(t, options = {}) {
   return gw;
 }
 
-export async function clearRedisPrefix(prefix) {
+export async function clearRedisPrefix(prefix, url = REDIS_URL) {
   const { Redis } = await import('../../node_modules/ioredis/built/index.js');
-  const r = new Redis(REDIS_URL);
+  const r = new Redis(url);
   let cursor = '0';
   do {
     const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);

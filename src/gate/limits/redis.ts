@@ -245,9 +245,12 @@ export class RedisLimiter implements Limiter {
   private readyAt = Date.now();
 
   constructor(url: string, private readonly prefix: string) {
-    // No offline queue: while Redis is unreachable a command fails at once, so admission answers 503
-    // in a moment instead of holding requests until the connection returns.
-    const r = new Redis(url, { maxRetriesPerRequest: 1, enableOfflineQueue: false, enableAutoPipelining: true, lazyConnect: false });
+    // No offline queue and no resend: while Redis is unreachable a command fails at once (admission
+    // answers 503 in a moment), and a command reported failed is never sent again behind our back.
+    // One that ran before the connection died, its answer lost, is undone by the caller (a release,
+    // or clearing a pending debit that was committed another way).
+    const r = new Redis(url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, autoResendUnfulfilledCommands: false,
+      enableAutoPipelining: true, lazyConnect: false });
     r.on('error', () => undefined); // reported where a command fails; the client reconnects by itself
     r.on('ready', () => {
       this.readyAt = Date.now();
