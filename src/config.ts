@@ -20,6 +20,7 @@ const Upstream = Type.Object({
   timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
   responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
+  forward_headers: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9-]+\\*?$' }), { description: 'client headers passed on besides content-type and accept (a trailing * matches a prefix)' })),
 }, { additionalProperties: false });
 
 const Model = Type.Object({
@@ -91,6 +92,8 @@ export interface UpstreamConfig {
   timeoutMs: number;
   continuousUsage: boolean;
   responsesApi: boolean;
+  /** Client headers passed on besides content-type and accept: exact names, and prefixes (ending in `*`). */
+  forwardHeaders: { names: string[]; prefixes: string[] };
 }
 
 export interface Config {
@@ -167,6 +170,8 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0 } : undefined,
       apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
       continuousUsage: u.continuous_usage_stats || Boolean(u.sim), responsesApi: u.responses_api,
+      // An in-process sim takes its test controls (x-sim-*) unless told otherwise.
+      forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
     });
   }
   const seen = new Set<string>();
@@ -220,6 +225,10 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     embedded,
   };
   return deepFreeze(config);
+}
+
+function headerRules(list: string[]): { names: string[]; prefixes: string[] } {
+  return { names: list.filter((h) => !h.endsWith('*')), prefixes: list.filter((h) => h.endsWith('*')).map((h) => h.slice(0, -1)) };
 }
 
 /** A model's unit prices; audio may be priced per minute or per second (not both), stored per minute. */

@@ -52,7 +52,7 @@ test('a streamed chat with include_usage gets exactly one final usage chunk', as
 test('streamed chat is billed for the prompt and produced tokens when the client drops', async (t) => {
   const sim = await startSim();
   t.after(() => sim.close());
-  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { base_url: sim.url, continuous_usage_stats: false } } });
+  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { base_url: sim.url, continuous_usage_stats: false, forward_headers: ['x-sim-*'] } } });
   const { key, account } = await gw.account('2');
   const full = await (await post(gw, key, chatBody({ seed: 3, max_tokens: 60 }))).json();
   const afterFull = await balanceNano(gw, account);
@@ -84,7 +84,7 @@ test('streamed chat is billed for the prompt and produced tokens when the client
 test('a client that leaves before a buffered reply is billed nothing and is not logged as an upstream fault', async (t) => {
   const sim = await startSim();
   t.after(() => sim.close());
-  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { base_url: sim.url } } });
+  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { base_url: sim.url, forward_headers: ['x-sim-*'] } } });
   const { key, account } = await gw.account('2');
   const before = await balanceNano(gw, account);
   const ctl = new AbortController();

@@ -87,6 +87,10 @@ export class Upstreams {
     const cfg = this.config(name);
     const headers: http.OutgoingHttpHeaders = {};
     for (const k of FORWARDED) { const v = clientHeaders[k]; if (v !== undefined) headers[k] = v; }
+    const extra = cfg.forwardHeaders;
+    if (extra.names.length > 0 || extra.prefixes.length > 0) {
+      for (const k in clientHeaders) if (extra.names.includes(k) || extra.prefixes.some((p) => k.startsWith(p))) headers[k] = clientHeaders[k];
+    }
     headers['content-length'] = String(body.length);
     headers['x-request-id'] = requestId;
     if (cfg.apiKeyEnv) headers.authorization = `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}`;
