@@ -54,12 +54,14 @@ export const ConfigSchema = Type.Object({
   upstreams: Type.Record(Type.String({ pattern: '^[a-z0-9_-]+$' }), Upstream),
   models: Type.Array(Model, { minItems: 1 }),
   payments: Type.Object({
-    provider: Type.Union([Type.Literal('sandbox'), Type.Literal('stripe')], { default: 'sandbox' }),
+    // Required in a config file (checked below): only the embedded default falls back to the sandbox.
+    provider: Type.Optional(Type.Union([Type.Literal('sandbox'), Type.Literal('stripe')])),
+    allow_sandbox: Type.Boolean({ default: false, description: 'a config file may run the sandbox, which takes no real money' }),
     secret_key_env: Type.Optional(EnvName),
     webhook_secret_env: Type.Optional(EnvName),
     api_base: Type.Optional(Type.String({ pattern: '^https?://', description: "Stripe's API host; tests point it at a local stand-in" })),
     currency: Type.String({ default: 'usd' }),
-  }, { additionalProperties: false, default: { provider: 'sandbox', currency: 'usd' } }),
+  }, { additionalProperties: false, default: {} }),
   console: Type.Object({
     secure_cookies: Type.Optional(Type.Boolean({ description: 'defaults to true when public_url is https' })),
   }, { additionalProperties: false, default: {} }),
@@ -191,7 +193,13 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     fail('/workers', 'more than one worker needs database and redis: the embedded store and in-process limits live in one process');
   }
   const p = c.payments;
-  if (p.provider === 'stripe') {
+  // A config file is a deployment: it must say how money is taken, and the sandbox (which takes none) only on purpose.
+  const provider = p.provider ?? (embedded ? 'sandbox'
+    : fail('/payments/provider', 'a config file must name its payment provider: "stripe", or "sandbox" (no real money is taken) with "allow_sandbox": true'));
+  if (provider === 'sandbox' && !embedded && !p.allow_sandbox) {
+    fail('/payments/allow_sandbox', 'the sandbox provider credits balances and takes no real money; set "allow_sandbox": true to run it from a config file');
+  }
+  if (provider === 'stripe') {
     if (!p.secret_key_env) fail('/payments/secret_key_env', 'the stripe provider needs secret_key_env');
     if (!p.webhook_secret_env) fail('/payments/webhook_secret_env', 'the stripe provider needs webhook_secret_env');
   }
@@ -209,7 +217,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     upstreams, models,
     demo: { credit: dollarsToNano(c.demo.credit), email: c.demo.email },
     payments: {
-      provider: p.provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''),
+      provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''),
       secretKey: p.secret_key_env ? env[p.secret_key_env] : undefined,
       // The sandbox signs its own events: a per-process secret unless one is configured.
       // (Workers share the primary's, so any of them verifies what another signed.)

@@ -37,7 +37,8 @@ async function startBilling(t, { provider = 'sandbox', apiBase, store = 'postgre
   const env = { ...process.env, TOLLGATE_LOG_REQUESTS: '0', TG_TEST_WEBHOOK_SECRET: WEBHOOK_SECRET, TG_TEST_STRIPE_KEY: STRIPE_KEY };
   const config = {
     listen: '127.0.0.1:0', upstreams: { sim: { sim: {} } }, models: TEST_MODELS,
-    payments: { provider, webhook_secret_env: 'TG_TEST_WEBHOOK_SECRET', ...(provider === 'stripe' ? { secret_key_env: 'TG_TEST_STRIPE_KEY' } : {}), ...(apiBase ? { api_base: apiBase } : {}) },
+    payments: { provider, webhook_secret_env: 'TG_TEST_WEBHOOK_SECRET', ...(provider === 'stripe' ? { secret_key_env: 'TG_TEST_STRIPE_KEY' } : { allow_sandbox: true }),
+      ...(apiBase ? { api_base: apiBase } : {}) },
   };
   const db = store === 'postgres' ? await freshDatabase() : null;
   if (db) {

@@ -42,7 +42,8 @@ export async function freshDatabase() {
 
 /**
  * options: { store: 'pglite' | 'postgres', redis: boolean, embedded: boolean (no --config at all),
- *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env, workers }
+ *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env, workers,
+ *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl }
  */
 export async function startGateway(t, options = {}) {
   const store = options.store ?? 'postgres';
@@ -57,6 +58,8 @@ export async function startGateway(t, options = {}) {
       upstreams: options.upstreams ?? { sim: { sim: {} } },
       models: options.models ?? TEST_MODELS,
       limits: options.limits ?? {},
+      payments: options.payments ?? { provider: 'sandbox', allow_sandbox: true },
+      ...(options.publicUrl ? { public_url: options.publicUrl } : {}),
       ...(options.workers ? { workers: options.workers } : {}),
     };
     if (store === 'postgres') {
