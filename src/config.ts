@@ -61,6 +61,8 @@ export const ConfigSchema = Type.Object({
     webhook_secret_env: Type.Optional(EnvName),
     api_base: Type.Optional(Type.String({ pattern: '^https?://', description: "Stripe's API host; tests point it at a local stand-in" })),
     currency: Type.String({ default: 'usd' }),
+    return_origins: Type.Array(Type.String({ pattern: '^https?://', maxLength: 2048 }), {
+      default: [], description: 'origins besides the gateway\'s own that a checkout return_url may lead to' }),
   }, { additionalProperties: false, default: {} }),
   console: Type.Object({
     secure_cookies: Type.Optional(Type.Boolean({ description: 'defaults to true when public_url is https' })),
@@ -107,7 +109,11 @@ export interface Config {
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
   demo: { credit: Nanodollars; email: string };
-  payments: { provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string };
+  payments: {
+    provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string;
+    /** Where a return_url may lead besides the gateway itself: origins only (`https://host[:port]`). */
+    returnOrigins: string[];
+  };
   console: { secureCookies: boolean };
   embedded: boolean;
 }
@@ -203,6 +209,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     if (!p.secret_key_env) fail('/payments/secret_key_env', 'the stripe provider needs secret_key_env');
     if (!p.webhook_secret_env) fail('/payments/webhook_secret_env', 'the stripe provider needs webhook_secret_env');
   }
+  const returnOrigins = p.return_origins.map((o, i) => originOf(o) ?? fail(`/payments/return_origins/${i}`, 'must be an origin: scheme, host and port only, like https://app.example.com'));
   for (const f of ['secret_key_env', 'webhook_secret_env'] as const) {
     const name = p[f];
     if (name && env[name] === undefined) fail(`/payments/${f}`, `environment variable ${name} is not set`);
@@ -217,7 +224,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     upstreams, models,
     demo: { credit: dollarsToNano(c.demo.credit), email: c.demo.email },
     payments: {
-      provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''),
+      provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''), returnOrigins,
       secretKey: p.secret_key_env ? env[p.secret_key_env] : undefined,
       // The sandbox signs its own events: a per-process secret unless one is configured.
       // (Workers share the primary's, so any of them verifies what another signed.)
@@ -258,6 +265,14 @@ function unitPrices(m: RawConfig['models'][number], i: number, fail: (field: str
     if (!given) fail(`/models/${i}/${name}`, `a ${m.kind} model needs ${name}${field === 'audioInPerMinute' ? ' (or audio_in_per_second)' : ''} (use "0" to make it free)`);
   }
   return p;
+}
+
+/** `https://host[:port]` when the text is exactly an origin (a trailing slash allowed), else null. */
+function originOf(text: string): string | null {
+  let u: URL;
+  try { u = new URL(text); } catch { return null; }
+  const bare = !u.username && !u.password && u.pathname === '/' && !u.search && !u.hash && !text.endsWith('?') && !text.endsWith('#');
+  return bare && (u.protocol === 'https:' || u.protocol === 'http:') ? u.origin : null;
 }
 
 export function splitHostPort(text: string): [string, number] {

@@ -38,7 +38,7 @@ async function startBilling(t, { provider = 'sandbox', apiBase, store = 'postgre
   const config = {
     listen: '127.0.0.1:0', upstreams: { sim: { sim: {} } }, models: TEST_MODELS,
     payments: { provider, webhook_secret_env: 'TG_TEST_WEBHOOK_SECRET', ...(provider === 'stripe' ? { secret_key_env: 'TG_TEST_STRIPE_KEY' } : { allow_sandbox: true }),
-      ...(apiBase ? { api_base: apiBase } : {}) },
+      return_origins: ['https://app.example.com'], ...(apiBase ? { api_base: apiBase } : {}) },
   };
   const db = store === 'postgres' ? await freshDatabase() : null;
   if (db) {

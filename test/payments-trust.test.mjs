@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { startGateway, CLI, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, bearer, CLI, TEST_MODELS } from './helpers/gateway.mjs';
 import { ConsoleClient } from './browser/client.mjs';
 
 /** Runs `serve` on a config that should be refused; gives up (and kills it) after 15 s if it starts instead. */
@@ -54,4 +54,51 @@ test('a config file running the sandbox logs a warning at start and its checkout
   const page = await c.request(new URL(topup.headers.location).pathname);
   assert.equal(page.status, 200);
   assert.match(page.text, /<div class="banner" role="note">Sandbox — no real charge\. No real money is taken/);
+});
+
+// ---- return URLs ---------------------------------------------------------------------------------------
+
+/** POSTs a checkout (or, for `card`, a card-saving session) with this return_url; → [status, body]. */
+async function withReturn(gw, key, kind, url) {
+  const body = JSON.stringify({ ...(kind === 'checkout' ? { amount: 10 } : {}), return_url: url });
+  const res = await gw.fetch(`/svc/v1/billing/${kind}`, { method: 'POST', headers: bearer(key), body });
+  return [res.status, await res.json()];
+}
+
+test('checkout and card return_url must lead to the gateway’s own origin or one listed in payments.return_origins', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key } = await gw.account('1');
+  const own = new URL(gw.url);
+  const foreign = ['https://evil.example.com/paid', 'http://evil.example.com', `http://${own.hostname}.evil.example.com:${own.port}/x`,
+    `http://evil.example.com@${own.host}.evil.example.com/`, `https://${own.host}/console`, `http://${own.hostname}:1/console`];
+  for (const kind of ['checkout', 'card']) {
+    for (const url of foreign) {
+      const [status, body] = await withReturn(gw, key, kind, url);
+      assert.equal(status, 422, `${kind} ${url}`);
+      assert.equal(body.error.param, 'return_url', `${kind} ${url}`);
+      assert.match(body.error.message, /return_url.*origin/);
+    }
+    const [status, body] = await withReturn(gw, key, kind, `${gw.url}/console/billing?from=app`);
+    assert.equal(status, 200, `${kind} back to the gateway itself`);
+    assert.match(body.session_id, /^cs_sandbox_/);
+  }
+
+  // With public_url, that origin is the gateway's own (not the address a request came in on); a list adds others.
+  const listed = await startGateway(t, { store: 'pglite', publicUrl: 'https://gateway.example.com',
+    payments: { provider: 'sandbox', allow_sandbox: true, return_origins: ['https://app.example.com', 'http://localhost:3000/'] } });
+  const k2 = (await listed.account('1')).key;
+  for (const url of ['https://app.example.com/paid#top', 'http://localhost:3000/x', 'https://gateway.example.com/console/billing']) {
+    assert.equal((await withReturn(listed, k2, 'checkout', url))[0], 200, url);
+    assert.equal((await withReturn(listed, k2, 'card', url))[0], 200, url);
+  }
+  for (const url of [`${listed.url}/console/billing`, 'http://app.example.com/paid', 'https://app.example.com.evil.example.com/', 'https://localhost:3000/x']) {
+    assert.equal((await withReturn(listed, k2, 'checkout', url))[0], 422, url);
+  }
+});
+
+test('payments.return_origins must list origins only', (t) => {
+  const base = { listen: '127.0.0.1:0', upstreams: { sim: { sim: {} } }, models: TEST_MODELS };
+  const r = serveRefused(t, { ...base, payments: { provider: 'sandbox', allow_sandbox: true, return_origins: ['https://app.example.com/paid'] } });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /\/payments\/return_origins\/0: must be an origin/);
 });

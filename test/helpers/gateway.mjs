@@ -98,7 +98,8 @@ export async function startGateway(t, options = {}) {
   const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
   const gw = {
     proc, dir, output, db, exited, configPath,
-    url: listening.base_url,
+    // With a public_url the printed base is that URL; tests reach the listener itself.
+    url: options.publicUrl ? `http://127.0.0.1:${listening.port}` : listening.base_url,
     /** Runs a CLI command against the same store, returning its --json object. */
     async cli(...cliArgs) {
       const full = [CLI, ...cliArgs, '--json', '--data-dir', dir, ...(configPath ? ['--config', configPath] : [])];
