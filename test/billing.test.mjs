@@ -503,6 +503,9 @@ test('auto top-up charges the saved card once when the balance dips under the th
   const { account, key } = await gw.account('1');
   const customer = await stripeCard(gw, api, account, key);
   assert.equal((await getAutoTopup(s, account)).card, 'pm_card_visa');
+  // The payment intent the API creates is the one its webhook event names.
+  const created = api.paymentIntent;
+  api.paymentIntent = (form) => { const [status, body] = created(form); return [status, { ...body, id: 'pi_test_auto' }]; };
   await setAutoTopup(s, account, { enabled: true, threshold: '5', amount: '20' });
   assert.deepEqual(await getAutoTopup(s, account), { enabled: true, threshold: 5, amount: 20, status: null, card: 'pm_card_visa' });
 
