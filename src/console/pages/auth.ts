@@ -4,13 +4,12 @@ import type { Ctx } from '../../server/context.js';
 import { html, type Html } from '../html.js';
 import { barePage, csrfField, notice } from '../layout.js';
 import { parseForm, query, redirect, sendHtml } from '../http.js';
-import { burnVerify, hashPassword, verifyPassword } from '../password.js';
+import { burnVerify, hashPassword, verifyPassword } from '../hash.js';
+import { MAX_PASSWORD, MIN_PASSWORD, passwordProblem } from '../password.js';
 import { createSession, createUser, deleteSession, EmailTaken, recordAttempt, userByEmail, type ConsoleUser, type Session } from '../store.js';
 import { checkPreCsrf, clearSessionCookie, preToken, safeNext, sessionCookie, throttle } from '../session.js';
 
 const EMAIL_RE = /^[^\s@<>"']+@[^\s@<>"']+\.[^\s@<>"']+$/;
-const MIN_PASSWORD = 10;
-const MAX_PASSWORD = 256;
 
 const DONE: Record<string, string> = {
   'logged-out': 'You have been logged out.',
@@ -34,7 +33,7 @@ function signupForm(csrf: string, st: FormState): Html {
 <form method="post" action="/console/signup">${csrfField(csrf)}
 <div class="field"><label for="email">Email</label><input id="email" name="email" type="email" autocomplete="email" required value="${st.email ?? ''}" autofocus></div>
 <div class="field"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="new-password" required minlength="${MIN_PASSWORD}">
-<div class="hint">At least ${MIN_PASSWORD} characters.</div></div>
+<div class="hint">At least ${MIN_PASSWORD} characters; not a common password, a sequence like 1234567890, one character repeated, or your email’s name.</div></div>
 <button type="submit">Create account</button></form></div>
 <p class="alt">Already have an account? <a href="/console/login">Log in</a></p>`);
 }
@@ -86,8 +85,8 @@ export async function signup(s: Services, ctx: Ctx, body: Buffer | null): Promis
   const password = form.get('password') ?? '';
   const again = (error: string, status = 422) => sendForm(s, ctx, status, (csrf) => signupForm(csrf, { email, error }));
   if (!EMAIL_RE.test(email) || email.length > 254) return again('Enter a valid email address.');
-  if (password.length < MIN_PASSWORD) return again(`Choose a password of at least ${MIN_PASSWORD} characters.`);
-  if (password.length > MAX_PASSWORD) return again(`Choose a password of at most ${MAX_PASSWORD} characters.`);
+  const weak = passwordProblem(password, email);
+  if (weak) return again(weak);
   await throttle(s, 'signup', ctx.remoteAddress, email);
   await recordAttempt(s.db, 'signup', ctx.remoteAddress, email);
   let user: ConsoleUser;
