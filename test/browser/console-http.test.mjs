@@ -227,7 +227,13 @@ for (const store of ['pglite', 'postgres']) {
     assert.equal(chat.status, 200);
     const usage = (await chat.json()).usage;
 
-    const r = await c.request('/console/billing/ledger.csv');
+    // The debit is settled in a group commit just after the reply, not necessarily before it: wait for it.
+    let r;
+    for (let i = 0; i < 40; i++) {
+      r = await c.request('/console/billing/ledger.csv');
+      if (r.status !== 200 || parseCsv(r.text).length >= 4) break;
+      await new Promise((res) => setTimeout(res, 50));
+    }
     assert.equal(r.status, 200);
     assert.equal(r.headers['content-type'], 'text/csv; charset=utf-8');
     assert.match(r.headers['content-disposition'], /attachment; filename="tollgate-ledger\.csv"/);
