@@ -3,6 +3,7 @@ import { COMMON_PASSWORDS } from './common-passwords.js';
 
 export const MIN_PASSWORD = 10;
 export const MAX_PASSWORD = 256;
+export const PASSWORD_HINT = `At least ${MIN_PASSWORD} characters; not a common password, a sequence like 1234567890, one character repeated, or your email’s name.`;
 
 /** Runs a password may not be, forwards or backwards (digits and letters wrap: 7890123…). */
 const RUNS = ['0123456789', 'abcdefghijklmnopqrstuvwxyz', 'qwertyuiop', 'asdfghjkl', 'zxcvbnm'];

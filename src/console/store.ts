@@ -66,6 +66,25 @@ export async function deleteSession(db: Queryable, tokenHash: string): Promise<v
   await db.query('DELETE FROM console_sessions WHERE token_hash = $1', [tokenHash]);
 }
 
+/** Log out everywhere: every session of the user ends. */
+export async function deleteSessionsOf(db: Queryable, userId: string): Promise<void> {
+  await db.query('DELETE FROM console_sessions WHERE user_id = $1', [userId]);
+}
+
+export async function activeSessions(db: Queryable, userId: string): Promise<number> {
+  const res = await db.query('SELECT count(*)::int AS n FROM console_sessions WHERE user_id = $1 AND expires_at > now()', [userId]);
+  return res.rows[0]!.n as number;
+}
+
+/** A new password ends every session of the user, in the same transaction, and opens a new one for the browser that changed it. */
+export async function changePassword(db: Db, userId: string, passwordHash: string): Promise<{ token: string; csrf: string }> {
+  return db.tx(async (c) => {
+    await c.query('UPDATE console_users SET password_hash = $2 WHERE id = $1', [userId, passwordHash]);
+    await deleteSessionsOf(c, userId);
+    return createSession(c, userId);
+  });
+}
+
 /**
  * Counts one attempt in `bucket`'s fixed window, starting a new window once the old one is over: one
  * statement, so of any number of concurrent attempts each sees its own count. → the count and window start.

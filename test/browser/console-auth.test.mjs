@@ -141,3 +141,73 @@ test('a device that logged in before still logs in while its account is locked, 
   for (let i = 0; i < 10; i++) assert.equal((await roaming.login(victim, `device guess ${i}`)).status, 401);
   assert.equal((await roaming.login(victim, 'the right password')).status, 429);
 });
+
+// ---- ending sessions -----------------------------------------------------------------------------------
+
+test('log out everywhere ends every session of the account and no other account’s', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const who = email();
+  const laptop = new ConsoleClient(gw.url);
+  await laptop.signup(who, 'the right password');
+  const phone = new ConsoleClient(gw.url);
+  assert.equal((await phone.login(who, 'the right password')).status, 303);
+  const bystander = new ConsoleClient(gw.url);
+  await bystander.signup(email());
+
+  assert.match((await laptop.request('/console/keys')).text, /<a class="email" href="\/console\/account"/, 'the header links to the account page');
+  const page = await laptop.request('/console/account');
+  assert.equal(page.status, 200);
+  assert.match(page.text, /<form method="post" action="\/console\/logout-everywhere"/);
+  assert.match(page.text, /2 active sessions/);
+  const forged = await laptop.request('/console/logout-everywhere', { method: 'POST', form: { csrf: 'x'.repeat(43) } });
+  assert.equal(forged.status, 403, 'it needs the session’s CSRF token like every other form');
+  assert.equal((await phone.request('/console/keys')).status, 200);
+
+  const out = await laptop.post('/console/logout-everywhere', {}, '/console/account');
+  assert.equal(out.status, 303);
+  assert.equal(out.headers.location, '/console/login?done=logged-out-everywhere');
+  for (const [name, c] of [['this browser', laptop], ['the other one', phone]]) {
+    assert.equal((await c.request('/console/keys')).status, 303, `${name} is logged out`);
+  }
+  assert.equal((await bystander.request('/console/keys')).status, 200, 'another account keeps its session');
+  assert.match((await laptop.request('/console/login?done=logged-out-everywhere')).text, /logged out of every session/);
+});
+
+test('changing the password needs the current one and the same rules, ends every other session and renews this one', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const who = email();
+  const laptop = new ConsoleClient(gw.url);
+  await laptop.signup(who, 'the old password');
+  const phone = new ConsoleClient(gw.url);
+  assert.equal((await phone.login(who, 'the old password')).status, 303);
+  const before = laptop.jar.get('tg_session');
+  const change = (current, password) => laptop.post('/console/account/password', { current, password }, '/console/account');
+
+  const wrong = await change('not the old one', 'a brand new passphrase');
+  assert.equal(wrong.status, 422);
+  assert.match(wrong.text, /current password is not right/);
+  const weak = await change('the old password', '1234567890');
+  assert.equal(weak.status, 422);
+  assert.match(weak.text, /sequence of consecutive characters/);
+  const same = await change('the old password', 'the old password');
+  assert.equal(same.status, 422);
+  assert.match(same.text, /different from the current one/);
+  assert.equal((await phone.request('/console/keys')).status, 200, 'refused changes end nothing');
+
+  const ok = await change('the old password', 'a brand new passphrase');
+  assert.equal(ok.status, 303);
+  assert.equal(ok.headers.location, '/console/account?done=password');
+  assert.notEqual(laptop.jar.get('tg_session'), before, 'this browser gets a new session');
+  assert.equal((await laptop.request('/console/keys')).status, 200, 'and stays logged in');
+  assert.match((await laptop.request('/console/account?done=password')).text, /Your password was changed/);
+  assert.equal((await phone.request('/console/keys')).status, 303, 'every other session ended');
+  const replay = new ConsoleClient(gw.url);
+  replay.jar.set('tg_session', before);
+  assert.equal((await replay.request('/console/keys')).status, 303, 'the old session token is dead too');
+  assert.equal((await new ConsoleClient(gw.url).login(who, 'the old password')).status, 401);
+  assert.equal((await new ConsoleClient(gw.url).login(who, 'a brand new passphrase')).status, 303);
+
+  // Guessing the current password from a stolen session is throttled like log-in.
+  for (let i = 0; i < 9; i++) assert.equal((await change(`guess ${i}`, 'yet another passphrase')).status, 422);
+  assert.equal((await change('guess 10', 'yet another passphrase')).status, 429);
+});

@@ -38,7 +38,8 @@ test('every console POST without the session’s own CSRF token is refused and c
     assert.match(r.headers['content-type'], /^text\/html/);
     assert.match(r.text, /Form check failed/);
   }
-  for (const path of ['/console/billing/topup', '/console/billing/auto-topup', '/console/billing/card', '/console/logout']) {
+  for (const path of ['/console/billing/topup', '/console/billing/auto-topup', '/console/billing/card', '/console/logout',
+    '/console/logout-everywhere', '/console/account/password']) {
     const r = await alice.request(path, { method: 'POST', form: { amount: '10', csrf: foreign } });
     assert.equal(r.status, 403, path);
   }

@@ -5,7 +5,7 @@ import { html, type Html } from '../html.js';
 import { barePage, csrfField, notice } from '../layout.js';
 import { parseForm, query, redirect, sendHtml } from '../http.js';
 import { burnVerify, hashPassword, verifyPassword } from '../hash.js';
-import { MAX_PASSWORD, MIN_PASSWORD, passwordProblem } from '../password.js';
+import { MAX_PASSWORD, MIN_PASSWORD, PASSWORD_HINT, passwordProblem } from '../password.js';
 import { createSession, createUser, deleteSession, EmailTaken, userByEmail, type ConsoleUser, type Session } from '../store.js';
 import { checkPreCsrf, clearSessionCookie, preToken, safeNext, sessionCookie } from '../session.js';
 import { addressBucket, admit } from '../throttle.js';
@@ -15,6 +15,7 @@ const EMAIL_RE = /^[^\s@<>"']+@[^\s@<>"']+\.[^\s@<>"']+$/;
 
 const DONE: Record<string, string> = {
   'logged-out': 'You have been logged out.',
+  'logged-out-everywhere': 'You have been logged out of every session of this account.',
 };
 
 interface FormState { email?: string; error?: string; next?: string; info?: string }
@@ -35,7 +36,7 @@ function signupForm(csrf: string, st: FormState): Html {
 <form method="post" action="/console/signup">${csrfField(csrf)}
 <div class="field"><label for="email">Email</label><input id="email" name="email" type="email" autocomplete="email" required value="${st.email ?? ''}" autofocus></div>
 <div class="field"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="new-password" required minlength="${MIN_PASSWORD}">
-<div class="hint">At least ${MIN_PASSWORD} characters; not a common password, a sequence like 1234567890, one character repeated, or your email’s name.</div></div>
+<div class="hint">${PASSWORD_HINT}</div></div>
 <button type="submit">Create account</button></form></div>
 <p class="alt">Already have an account? <a href="/console/login">Log in</a></p>`);
 }
