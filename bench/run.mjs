@@ -44,6 +44,7 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1) {
     listen: '127.0.0.1:0',
     workers,
     limits: { default_rpm: 1_000_000_000, default_concurrency: 1_000_000 },
+    payments: { provider: 'sandbox', allow_sandbox: true },
     upstreams: { sim: { base_url: simUrl }, simstream: { base_url: streamSimUrl } },
     models: [
       { id: 'sim-chat', upstream: 'sim', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },

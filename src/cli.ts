@@ -89,6 +89,7 @@ async function serve(flags: OpArgs): Promise<void> {
     reportReady();
   } else {
     process.stdout.write(`${lines.join('\n')}\n`);
+    warnSandbox(config);
     log('info', 'listening', { base_url: base, port: gw.port, store: s.db.kind, limits: s.limiter.kind });
   }
   onStopSignal(async (signal) => {
@@ -104,6 +105,12 @@ async function serve(flags: OpArgs): Promise<void> {
 /** The start-up lines: a headline, the API and console URLs, and how to get a key. */
 function banner(headline: string, base: string, keyLine = '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`'): string[] {
   return [headline, `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`, `  Console:               ${base}/console`, keyLine];
+}
+
+/** A config file that runs the sandbox says so at every start: its top-ups credit balances without taking money. */
+function warnSandbox(config: Config): void {
+  if (config.payments.provider !== 'sandbox' || config.embedded) return;
+  log('warn', 'payments run on the sandbox provider (payments.allow_sandbox): top-ups credit balances and no real money is taken', {});
 }
 
 /** On the first SIGTERM or SIGINT: runs `drain`, logs `stopped` and exits 0 (later signals are ignored). */
@@ -123,6 +130,7 @@ async function servePrimary(config: Config): Promise<void> {
   const { port, stop } = await startWorkers(config.workers, config.listen.host, config.listen.port, config.payments.webhookSecret);
   const base = baseUrlOf(config, port);
   process.stdout.write(`${banner(`Tollgate is running as ${config.workers} worker processes on one port.`, base).join('\n')}\n`);
+  warnSandbox(config);
   log('info', 'listening', { base_url: base, port, workers: config.workers, store: 'postgres', limits: 'redis' });
   onStopSignal(async (signal) => {
     log('info', 'draining', { signal, workers: config.workers });

@@ -55,12 +55,16 @@ export const ConfigSchema = Type.Object({
   upstreams: Type.Record(Type.String({ pattern: '^[a-z0-9_-]+$' }), Upstream),
   models: Type.Array(Model, { minItems: 1 }),
   payments: Type.Object({
-    provider: Type.Union([Type.Literal('sandbox'), Type.Literal('stripe')], { default: 'sandbox' }),
+    // Required in a config file (checked below): only the embedded default falls back to the sandbox.
+    provider: Type.Optional(Type.Union([Type.Literal('sandbox'), Type.Literal('stripe')])),
+    allow_sandbox: Type.Boolean({ default: false, description: 'a config file may run the sandbox, which takes no real money' }),
     secret_key_env: Type.Optional(EnvName),
     webhook_secret_env: Type.Optional(EnvName),
     api_base: Type.Optional(Type.String({ pattern: '^https?://', description: "Stripe's API host; tests point it at a local stand-in" })),
     currency: Type.String({ default: 'usd' }),
-  }, { additionalProperties: false, default: { provider: 'sandbox', currency: 'usd' } }),
+    return_origins: Type.Array(Type.String({ pattern: '^https?://', maxLength: 2048 }), {
+      default: [], description: 'origins besides the gateway\'s own that a checkout return_url may lead to' }),
+  }, { additionalProperties: false, default: {} }),
   console: Type.Object({
     secure_cookies: Type.Optional(Type.Boolean({ description: 'defaults to true when public_url is https' })),
   }, { additionalProperties: false, default: {} }),
@@ -108,7 +112,11 @@ export interface Config {
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
   demo: { credit: Nanodollars; email: string };
-  payments: { provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string };
+  payments: {
+    provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string;
+    /** Where a return_url may lead besides the gateway itself: origins only (`https://host[:port]`). */
+    returnOrigins: string[];
+  };
   console: { secureCookies: boolean };
   embedded: boolean;
 }
@@ -196,10 +204,17 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     fail('/workers', 'more than one worker needs database and redis: the embedded store and in-process limits live in one process');
   }
   const p = c.payments;
-  if (p.provider === 'stripe') {
+  // A config file is a deployment: it must say how money is taken, and the sandbox (which takes none) only on purpose.
+  const provider = p.provider ?? (embedded ? 'sandbox'
+    : fail('/payments/provider', 'a config file must name its payment provider: "stripe", or "sandbox" (no real money is taken) with "allow_sandbox": true'));
+  if (provider === 'sandbox' && !embedded && !p.allow_sandbox) {
+    fail('/payments/allow_sandbox', 'the sandbox provider credits balances and takes no real money; set "allow_sandbox": true to run it from a config file');
+  }
+  if (provider === 'stripe') {
     if (!p.secret_key_env) fail('/payments/secret_key_env', 'the stripe provider needs secret_key_env');
     if (!p.webhook_secret_env) fail('/payments/webhook_secret_env', 'the stripe provider needs webhook_secret_env');
   }
+  const returnOrigins = p.return_origins.map((o, i) => originOf(o) ?? fail(`/payments/return_origins/${i}`, 'must be an origin: scheme, host and port only, like https://app.example.com'));
   for (const f of ['secret_key_env', 'webhook_secret_env'] as const) {
     const name = p[f];
     if (name && env[name] === undefined) fail(`/payments/${f}`, `environment variable ${name} is not set`);
@@ -214,7 +229,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     upstreams, models,
     demo: { credit: dollarsToNano(c.demo.credit), email: c.demo.email },
     payments: {
-      provider: p.provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''),
+      provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''), returnOrigins,
       secretKey: p.secret_key_env ? env[p.secret_key_env] : undefined,
       // The sandbox signs its own events: a per-process secret unless one is configured.
       // (Workers share the primary's, so any of them verifies what another signed.)
@@ -259,6 +274,14 @@ function unitPrices(m: RawConfig['models'][number], i: number, fail: (field: str
     if (!given) fail(`/models/${i}/${name}`, `a ${m.kind} model needs ${name}${field === 'audioInPerMinute' ? ' (or audio_in_per_second)' : ''} (use "0" to make it free)`);
   }
   return p;
+}
+
+/** `https://host[:port]` when the text is exactly an origin (a trailing slash allowed), else null. */
+function originOf(text: string): string | null {
+  let u: URL;
+  try { u = new URL(text); } catch { return null; }
+  const bare = !u.username && !u.password && u.pathname === '/' && !u.search && !u.hash && !text.endsWith('?') && !text.endsWith('#');
+  return bare && (u.protocol === 'https:' || u.protocol === 'http:') ? u.origin : null;
 }
 
 export function splitHostPort(text: string): [string, number] {

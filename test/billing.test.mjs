@@ -37,7 +37,8 @@ async function startBilling(t, { provider = 'sandbox', apiBase, store = 'postgre
   const env = { ...process.env, TOLLGATE_LOG_REQUESTS: '0', TG_TEST_WEBHOOK_SECRET: WEBHOOK_SECRET, TG_TEST_STRIPE_KEY: STRIPE_KEY };
   const config = {
     listen: '127.0.0.1:0', upstreams: { sim: { sim: {} } }, models: TEST_MODELS,
-    payments: { provider, webhook_secret_env: 'TG_TEST_WEBHOOK_SECRET', ...(provider === 'stripe' ? { secret_key_env: 'TG_TEST_STRIPE_KEY' } : {}), ...(apiBase ? { api_base: apiBase } : {}) },
+    payments: { provider, webhook_secret_env: 'TG_TEST_WEBHOOK_SECRET', ...(provider === 'stripe' ? { secret_key_env: 'TG_TEST_STRIPE_KEY' } : { allow_sandbox: true }),
+      return_origins: ['https://app.example.com'], ...(apiBase ? { api_base: apiBase } : {}) },
   };
   const db = store === 'postgres' ? await freshDatabase() : null;
   if (db) {
@@ -86,7 +87,9 @@ async function startBilling(t, { provider = 'sandbox', apiBase, store = 'postgre
 async function openStore(t, gw) {
   const db = await openPostgres(gw.db.url, 2);
   t.after(() => db.close());
-  return { db, config: { payments: { provider: 'sandbox' } }, query: (sql, p) => db.query(sql, p) };
+  // setAutoTopup tells the Billing it was given to re-read its armed accounts; this process has none (the
+  // gateway's own view refreshes within 2 s), so a no-op stands in for it.
+  return { db, config: { payments: { provider: 'sandbox' } }, billing: { auto: { invalidate() {} } }, query: (sql, p) => db.query(sql, p) };
 }
 
 async function balance(gw, key) {
@@ -500,6 +503,9 @@ test('auto top-up charges the saved card once when the balance dips under the th
   const { account, key } = await gw.account('1');
   const customer = await stripeCard(gw, api, account, key);
   assert.equal((await getAutoTopup(s, account)).card, 'pm_card_visa');
+  // The payment intent the API creates is the one its webhook event names.
+  const created = api.paymentIntent;
+  api.paymentIntent = (form) => { const [status, body] = created(form); return [status, { ...body, id: 'pi_test_auto' }]; };
   await setAutoTopup(s, account, { enabled: true, threshold: '5', amount: '20' });
   assert.deepEqual(await getAutoTopup(s, account), { enabled: true, threshold: 5, amount: 20, status: null, card: 'pm_card_visa' });
 

@@ -95,7 +95,8 @@ test('a config file with a bad field fails at start-up naming the field', async 
 
 test('the example config in config/ is valid', async () => {
   const { loadConfigFile } = await import('../dist/config.js');
-  const c = loadConfigFile(new URL('../config/example.json', import.meta.url).pathname, { TOLLGATE_DATABASE_URL: 'postgres://x', TOLLGATE_REDIS_URL: 'redis://x', VLLM_API_KEY: 'k' });
+  const c = loadConfigFile(new URL('../config/example.json', import.meta.url).pathname, { TOLLGATE_DATABASE_URL: 'postgres://x', TOLLGATE_REDIS_URL: 'redis://x', VLLM_API_KEY: 'k',
+    STRIPE_SECRET_KEY: 'sk_test_x', STRIPE_WEBHOOK_SECRET: 'whsec_x' });
   assert.ok(c.models.length > 0);
 });
 

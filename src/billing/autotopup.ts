@@ -1,11 +1,10 @@
 // Auto top-up: on a balance event under the threshold, claim one charge per dip, charge the saved card off-session, settle by webhook.
 import { credit } from '../ops.js';
-import { accountById } from '../store/accounts.js';
 import type { Nanodollars } from '../money.js';
 import { log } from '../observe/log.js';
 import type { Billing } from './core.js';
 import type { Outcome } from './fulfil.js';
-import { armedAccounts, chargeDeclined, chargeDeferred, chargeSucceeded, claimCharge, notePaymentIntent } from './store.js';
+import { armedAccounts, chargeDeclined, chargeDeferred, chargeSucceeded, claimCharge, matchCharge, notePaymentIntent, recordCharge } from './store.js';
 import { centsToNano, idOf, nanoToCents, obj, str, type ChargeResult } from './types.js';
 
 /** How old this instance's list of armed accounts may be when a balance event is judged (others change it too). */
@@ -68,13 +67,15 @@ export class AutoTopup {
     const provider = await this.b.provider;
     const claim = await claimCharge(db, accountId, provider.name);
     if (!claim) return;
-    const cents = nanoToCents(claim.amount);
     const attempt = claim.attempt;
-    log('info', 'auto top-up charge', { account_id: accountId, attempt, amount: claim.amount });
+    // Recorded before the provider is asked: its webhook may come before its answer, and credits only a match.
+    const charge = await recordCharge(db, accountId, attempt, provider.name, claim.amount, this.b.s.config.payments.currency);
+    const cents = nanoToCents(charge.amount);
+    log('info', 'auto top-up charge', { account_id: accountId, attempt, amount: charge.amount });
     let r: ChargeResult;
     try {
       r = await provider.chargeOffSession({
-        accountId, customer: claim.customerId, paymentMethod: claim.paymentMethod, amountCents: cents, currency: this.b.s.config.payments.currency,
+        accountId, customer: claim.customerId, paymentMethod: claim.paymentMethod, amountCents: cents, currency: charge.currency,
         // One key per attempt (and amount): a retry after a lost answer cannot charge twice.
         idempotencyKey: `tollgate-autotopup-${accountId}-${attempt}-${cents}`,
         metadata: { account_id: accountId, tollgate: PURPOSE, attempt: attempt.toString() },
@@ -94,30 +95,28 @@ export class AutoTopup {
     }
   }
 
-  /** payment_intent.succeeded for one of our charges: credit once per payment intent, then re-arm. */
+  /**
+   * payment_intent.succeeded for a charge Tollgate made and recorded (account, attempt, amount, currency, payment
+   * intent): credit once per payment intent, then re-arm. Metadata alone proves nothing: anything on the
+   * provider account can carry it.
+   */
   async succeeded(o: Record<string, unknown>): Promise<Outcome> {
     const m = ours(o);
     if (!m) return 'ignored';
-    const cents = typeof o.amount_received === 'number' ? o.amount_received : o.amount;
-    if (typeof cents !== 'number' || !Number.isSafeInteger(cents) || cents < 0) return 'unknown';
-    if (str(o.currency)?.toLowerCase() !== this.b.s.config.payments.currency) {
-      log('error', 'auto top-up paid in another currency; not credited', { payment_intent: m.id });
-      return 'unknown';
-    }
-    if (!(await accountById(this.b.s.db, m.accountId))) return 'unknown';
-    if (cents > 0) {
-      const reason = this.b.s.config.payments.provider === 'sandbox' ? 'Automatic top-up (sandbox, no real charge)' : 'Automatic top-up (card)';
-      await credit({ db: this.b.s.db, settler: this.b.s.settler }, m.accountId, centsToNano(cents) as Nanodollars, reason, `topup:${m.id}`);
-    }
-    if (m.attempt !== null) await chargeSucceeded(this.b.s.db, m.accountId, m.attempt, m.id);
+    const amount = centsOf(typeof o.amount_received === 'number' ? o.amount_received : o.amount);
+    if (!(await this.matches(m, amount, o)) || m.attempt === null || amount === null) return 'unknown';
+    const reason = this.b.s.config.payments.provider === 'sandbox' ? 'Automatic top-up (sandbox, no real charge)' : 'Automatic top-up (card)';
+    await credit({ db: this.b.s.db, settler: this.b.s.settler }, m.accountId, amount as Nanodollars, reason, `topup:${m.id}`);
+    await chargeSucceeded(this.b.s.db, m.accountId, m.attempt, m.id);
     this.invalidate();
     return 'credited';
   }
 
-  /** payment_intent.payment_failed: an authentication request or a decline stops charges until the user acts. */
+  /** payment_intent.payment_failed for a charge Tollgate made: an authentication request or a decline stops charges until the user acts. */
   async failed(o: Record<string, unknown>): Promise<Outcome> {
     const m = ours(o);
     if (!m || m.attempt === null) return 'ignored';
+    if (!(await this.matches(m, centsOf(o.amount), o))) return 'unknown';
     const err = obj(o.last_payment_error);
     const auth = err?.code === 'authentication_required' || err?.decline_code === 'authentication_required';
     const status = auth ? 'authentication_required' : err?.type === 'card_error' ? 'card_declined' : 'failed';
@@ -125,9 +124,23 @@ export class AutoTopup {
     this.invalidate();
     return 'declined';
   }
+
+  private async matches(m: { id: string; accountId: string; attempt: bigint | null }, amount: bigint | null, o: Record<string, unknown>): Promise<boolean> {
+    const currency = str(o.currency)?.toLowerCase();
+    const ok = m.attempt !== null && amount !== null && currency !== undefined && await matchCharge(this.b.s.db, {
+      accountId: m.accountId, attempt: m.attempt, provider: (await this.b.provider).name, paymentIntent: m.id, amount, currency,
+    });
+    if (!ok) log('error', 'payment intent event matches no charge Tollgate made; ignored', { payment_intent: m.id, account_id: m.accountId, amount, currency });
+    return ok;
+  }
 }
 
-/** A payment intent Tollgate's auto top-up created (Checkout's own payment intents are not). */
+/** Whole cents on the wire as nanodollars; null unless a positive safe integer. */
+function centsOf(v: unknown): bigint | null {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? centsToNano(v) : null;
+}
+
+/** A payment intent that says Tollgate's auto top-up created it (Checkout's own payment intents do not); `matches` checks it did. */
 function ours(o: Record<string, unknown>): { id: string; accountId: string; attempt: bigint | null } | null {
   const md = obj(o.metadata);
   const id = idOf(o.id);

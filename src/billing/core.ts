@@ -124,9 +124,27 @@ export class Billing implements Payments {
     if (!res.ok) throw new Error(`the webhook answered ${res.status}: ${text.slice(0, 300)}`);
   }
 
+  /**
+   * A return_url leads back to this gateway (public_url, or without it the base the request came in on) or to
+   * an origin listed in payments.return_origins: a checkout link never hands a paying browser to anyone else.
+   */
+  private checkReturn(returnUrl: string | undefined, base: string): void {
+    if (returnUrl === undefined) return;
+    let origin: string | null = null;
+    try {
+      const u = new URL(returnUrl);
+      origin = u.username || u.password ? null : u.origin;
+    } catch { /* not a URL: refused below */ }
+    const own = new URL(base).origin;
+    if (origin !== null && (origin === own || this.s.config.payments.returnOrigins.includes(origin))) return;
+    throw invalidField('return_url', 'must lead to this gateway or an origin listed in payments.return_origins',
+      `Invalid request body: return_url: its origin must be this gateway's (${own}) or one listed in payments.return_origins.`);
+  }
+
   async checkout(accountId: string, amountNano: bigint, returnUrl?: string, baseUrl?: string): Promise<{ url: string; session_id: string; amount: number }> {
     const amount = checkCents(amountNano, 'amount', MIN_TOPUP, MAX_TOPUP, 'must be from 5 to 1000 dollars, in whole cents');
     const base = baseUrl?.replace(/\/+$/, '') ?? this.requestBase(undefined);
+    this.checkReturn(returnUrl, base);
     const provider = await this.provider;
     const currency = this.s.config.payments.currency;
     const successUrl = returnUrl ? withSessionParam(returnUrl, 'session_id') : `${base}/console/billing?paid={CHECKOUT_SESSION_ID}`;
@@ -141,6 +159,7 @@ export class Billing implements Payments {
 
   async setupCard(accountId: string, returnUrl?: string, baseUrl?: string): Promise<{ url: string; session_id: string }> {
     const base = baseUrl?.replace(/\/+$/, '') ?? this.requestBase(undefined);
+    this.checkReturn(returnUrl, base);
     const provider = await this.provider;
     const currency = this.s.config.payments.currency;
     const successUrl = returnUrl ? withSessionParam(returnUrl, 'session_id') : `${base}/console/billing?done=card`;

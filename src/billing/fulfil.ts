@@ -73,22 +73,21 @@ async function ownSession(b: Billing, o: Record<string, unknown>, mode: 'payment
   return row;
 }
 
-/** Credits a paid checkout once: the ledger key is the session id, whichever event (and however often) says so. */
+/**
+ * Credits a paid checkout once (the ledger key is the session id, whichever event and however often says so),
+ * and only as recorded: the amount and currency the session asked for, nothing a changed event claims.
+ */
 async function creditCheckout(b: Billing, o: Record<string, unknown>): Promise<Outcome> {
   const row = await ownSession(b, o, 'payment');
   if (!row) return 'unknown';
-  const currency = str(o.currency)?.toLowerCase() ?? row.currency;
-  if (currency !== row.currency) {
-    log('error', 'checkout paid in another currency than asked; not credited', { session: row.id, currency });
+  const currency = str(o.currency)?.toLowerCase();
+  const paid = typeof o.amount_total === 'number' && Number.isSafeInteger(o.amount_total) && o.amount_total >= 0 ? centsToNano(o.amount_total) : null;
+  if (currency !== row.currency || paid !== row.amount || row.amount === null) {
+    log('error', 'checkout paid another amount or currency than its session asked; not credited', { session: row.id, asked: row.amount, paid, currency });
     return 'unknown';
   }
-  // What was paid is what the balance gets; it equals the amount asked unless the provider changed it.
-  const paid = typeof o.amount_total === 'number' && Number.isSafeInteger(o.amount_total) && o.amount_total >= 0 ? centsToNano(o.amount_total) : row.amount!;
-  if (paid !== row.amount) log('warn', 'checkout total differs from the amount asked', { session: row.id, asked: row.amount, paid });
-  if (paid > 0n) {
-    const reason = row.provider === 'sandbox' ? 'Top-up (sandbox checkout, no real charge)' : 'Top-up (card)';
-    await credit({ db: b.s.db, settler: b.s.settler }, row.accountId, paid as Nanodollars, reason, `checkout:${row.id}`);
-  }
+  const reason = row.provider === 'sandbox' ? 'Top-up (sandbox checkout, no real charge)' : 'Top-up (card)';
+  await credit({ db: b.s.db, settler: b.s.settler }, row.accountId, row.amount as Nanodollars, reason, `checkout:${row.id}`);
   await setSessionStatus(b.s.db, row.id, 'paid');
   return 'credited';
 }

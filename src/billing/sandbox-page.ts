@@ -80,7 +80,7 @@ export function checkoutPage(s: SessionRow, error: string | null = null, status 
   const body = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${paying ? `Pay ${esc(usd(s.amount!))}` : 'Save a card'} · Tollgate sandbox checkout</title><style nonce="${nonce}">${STYLE}</style></head>
-<body><div class="banner" role="note">Sandbox — no real charge. This page stands in for a card processor's checkout.</div>
+<body><div class="banner" role="note">Sandbox — no real charge. No real money is taken: this page stands in for a card processor's checkout.</div>
 <main class="wrap"><section><div class="merchant">Tollgate</div>${summary}</section>
 <section class="card">${form}</section></main></body></html>`;
   return { status, body, headers: headers(nonce, s) };

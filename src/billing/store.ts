@@ -1,4 +1,4 @@
-// The billing tables: checkout sessions, processed webhook events, saved cards, and auto top-up state.
+// The billing tables: checkout sessions, processed webhook events, saved cards, auto top-up state and the charges it made.
 import type { Queryable } from '../store/db.js';
 
 export type ProviderName = 'sandbox' | 'stripe';
@@ -154,6 +154,36 @@ export async function claimCharge(db: Queryable, accountId: string, provider: Pr
 
 export async function notePaymentIntent(db: Queryable, accountId: string, attempt: bigint, paymentIntent: string): Promise<void> {
   await db.query('UPDATE auto_topup SET payment_intent = $3 WHERE account_id = $1 AND attempt = $2', [accountId, attempt.toString(), paymentIntent]);
+  await db.query('UPDATE billing_charges SET payment_intent = $3 WHERE account_id = $1 AND attempt = $2 AND payment_intent IS NULL',
+    [accountId, attempt.toString(), paymentIntent]);
+}
+
+export interface ChargeRecord { amount: bigint; currency: string }
+
+/**
+ * Records what an attempt charges before the provider is asked (its event may arrive before its answer). A
+ * retried attempt keeps what was recorded first, so it asks for the same amount under the same idempotency key.
+ */
+export async function recordCharge(db: Queryable, accountId: string, attempt: bigint, provider: ProviderName, amount: bigint, currency: string): Promise<ChargeRecord> {
+  const res = await db.query(
+    `INSERT INTO billing_charges (account_id, attempt, provider, amount_nd, currency) VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (account_id, attempt) DO UPDATE SET account_id = billing_charges.account_id
+     RETURNING amount_nd, currency`, [accountId, attempt.toString(), provider, amount.toString(), currency]);
+  const r = res.rows[0]!;
+  return { amount: r.amount_nd as bigint, currency: r.currency as string };
+}
+
+/**
+ * Whether a payment intent settles a charge Tollgate recorded: same account, attempt, provider, amount and
+ * currency, and either no payment intent bound yet (it is bound now) or this one.
+ */
+export async function matchCharge(db: Queryable, c: { accountId: string; attempt: bigint; provider: ProviderName; paymentIntent: string; amount: bigint; currency: string }): Promise<boolean> {
+  const res = await db.query(
+    `UPDATE billing_charges SET payment_intent = $4
+      WHERE account_id = $1 AND attempt = $2 AND provider = $3 AND (payment_intent IS NULL OR payment_intent = $4)
+        AND amount_nd = $5 AND currency = $6
+      RETURNING 1`, [c.accountId, c.attempt.toString(), c.provider, c.paymentIntent, c.amount.toString(), c.currency]);
+  return (res.rowCount ?? 0) > 0;
 }
 
 /** The attempt's money arrived: re-arm for the next dip. */

@@ -22,6 +22,7 @@ nav.main a{color:var(--muted);padding:6px 10px;border-radius:7px;font-weight:500
 nav.main a:hover{background:var(--bg);text-decoration:none;color:var(--text)}
 nav.main a[aria-current=page]{color:var(--text);background:var(--accent-soft)}
 .who{display:flex;align-items:center;gap:14px;color:var(--muted);font-size:13px}
+.who a.email{color:inherit}.who a.email[aria-current=page]{color:var(--text);font-weight:600}
 .pill{display:inline-block;padding:3px 10px;border-radius:999px;background:var(--ok-soft);color:var(--ok);font-weight:600;font-variant-numeric:tabular-nums}
 .pill:hover{text-decoration:none}
 main{max-width:1120px;margin:0 auto;padding:28px 24px 64px}

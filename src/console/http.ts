@@ -1,6 +1,6 @@
 // Console HTTP plumbing: security headers, HTML and redirect replies, cookies, form bodies, error pages.
 import type { Services } from '../services.js';
-import type { Ctx, Headers } from '../server/context.js';
+import type { Ctx, Headers, OutHeaders } from '../server/context.js';
 import { GatewayError } from '../errors.js';
 import { log } from '../observe/log.js';
 import { requestBase } from '../billing/index.js';
@@ -36,11 +36,11 @@ export function securityHeaders(s: Services): Headers {
   return h;
 }
 
-export function sendHtml(s: Services, ctx: Ctx, status: number, body: Html, headers: Headers = {}): void {
+export function sendHtml(s: Services, ctx: Ctx, status: number, body: Html, headers: OutHeaders = {}): void {
   ctx.send(status, `<!doctype html>\n${body.value}`, { ...securityHeaders(s), ...headers }, HTML_TYPE);
 }
 
-export function redirect(s: Services, ctx: Ctx, location: string, headers: Headers = {}): void {
+export function redirect(s: Services, ctx: Ctx, location: string, headers: OutHeaders = {}): void {
   ctx.send(303, '', { ...securityHeaders(s), location, ...headers }, HTML_TYPE);
 }
 

@@ -4,7 +4,7 @@ import { ASSETS } from './assets.js';
 import { usd } from './format.js';
 import type { Session } from './store.js';
 
-export type Section = 'keys' | 'usage' | 'billing';
+export type Section = 'keys' | 'usage' | 'billing' | 'account';
 
 function head(title: string): Html {
   return html`<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -24,7 +24,7 @@ export function appPage(p: AppPage): Html {
 <header class="top"><div class="bar">${brand()}
 <nav class="main">${link('keys', 'API keys')}${link('usage', 'Usage')}${link('billing', 'Billing')}</nav>
 <div class="who"><a class="pill" href="/console/billing" title="Balance" data-balance>${usd(p.balance)}</a>
-<span class="email">${p.session.user.email}</span>
+<a class="email" href="/console/account" title="Account: password and sessions"${p.section === 'account' ? html` aria-current="page"` : ''}>${p.session.user.email}</a>
 <form method="post" action="/console/logout" class="inline"><input type="hidden" name="csrf" value="${p.session.csrf}">
 <button type="submit" class="link linklike">Log out</button></form></div></div></header>
 <main>${p.body}</main></body></html>`;

@@ -1,4 +1,4 @@
-// The web console under /console: sign-up/log-in, keys, balance and billing, usage.
+// The web console under /console: sign-up/log-in, keys, balance and billing, usage, the account (password, sessions).
 // Every route is 'public' to the gateway: the console authenticates by session cookie itself, checks the
 // CSRF token on every POST, and renders its own errors as HTML pages.
 import type { Services } from '../services.js';
@@ -15,6 +15,7 @@ import { login, logout, showLogin, showSignup, signup } from './pages/auth.js';
 import { createKeyAction, editKeyAction, editKeyPage, keysPage, revokeKeyAction, revokeKeyPage } from './pages/keys.js';
 import { balanceJson, billingHome, ledgerCsv, saveAutoTopup, saveCard, topUp } from './pages/billing.js';
 import { usagePage } from './pages/usage.js';
+import { accountHome, changePasswordAction, logoutEverywhere } from './pages/account.js';
 
 const FORM_LIMIT = 64 * 1024;
 
@@ -90,6 +91,9 @@ export function consoleRoutes(s: Services): Route[] {
     open(s, 'GET', '/console/signup', 'console.signup', (ctx, _b, session) => showSignup(s, ctx, session)),
     open(s, 'POST', '/console/signup', 'console.signup', (ctx, body) => signup(s, ctx, body)),
     signedIn(s, 'POST', '/console/logout', 'console.logout', (r) => logout(s, r.ctx, r.session)),
+    signedIn(s, 'POST', '/console/logout-everywhere', 'console.logout_everywhere', logoutEverywhere),
+    signedIn(s, 'GET', '/console/account', 'console.account', accountHome),
+    signedIn(s, 'POST', '/console/account/password', 'console.account', changePasswordAction),
     signedIn(s, 'GET', '/console/keys', 'console.keys', keysPage),
     signedIn(s, 'POST', '/console/keys', 'console.keys', createKeyAction),
     signedIn(s, 'GET', '/console/keys/:prefix', 'console.key', editKeyPage),

@@ -1,18 +1,13 @@
-// Who is at the browser: the session cookie, CSRF tokens (per session, and a pre-session cookie for log-in forms), login throttling.
+// Who is at the browser: the session cookie, CSRF tokens (per session, and a pre-session cookie for log-in forms).
 import { timingSafeEqual } from 'node:crypto';
 import type { Services } from '../services.js';
 import type { Ctx } from '../server/context.js';
 import { ConsoleError, cookies, setCookie } from './http.js';
-import { newToken, recentAttempts, sessionByToken, SESSION_TTL_MS, type AttemptKind, type Session } from './store.js';
+import { newToken, sessionByToken, SESSION_TTL_MS, type Session } from './store.js';
 
 export const SESSION_COOKIE = 'tg_session';
 export const PRE_COOKIE = 'tg_pre';
 const TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;
-
-export const LIMITS: Record<AttemptKind, { max: number; windowMs: number }> = {
-  login: { max: 10, windowMs: 15 * 60_000 },
-  signup: { max: 10, windowMs: 60 * 60_000 },
-};
 
 export async function currentSession(s: Services, ctx: Ctx): Promise<Session | null> {
   const token = cookies(ctx).get(SESSION_COOKIE);
@@ -53,17 +48,6 @@ export function preToken(s: Services, ctx: Ctx): { token: string; setCookie?: st
 
 export function checkPreCsrf(ctx: Ctx, form: URLSearchParams): void {
   if (!same(form.get('csrf') ?? '', cookies(ctx).get(PRE_COOKIE) ?? '')) throw new ConsoleError(403, CSRF_MESSAGE, 'Form check failed');
-}
-
-/** 429 once this IP or this email has `max` failures (log-in) or attempts (sign-up) in the window. */
-export async function throttle(s: Services, kind: AttemptKind, ip: string, email: string): Promise<void> {
-  const { max, windowMs } = LIMITS[kind];
-  const n = await recentAttempts(s.db, kind, ip, email, windowMs);
-  if (n.ip >= max || n.email >= max) {
-    const minutes = Math.round(windowMs / 60_000);
-    throw new ConsoleError(429, `Too many ${kind === 'login' ? 'failed log-in attempts' : 'sign-ups'}. Try again in ${minutes} minutes.`,
-      'Slow down', { 'retry-after': String(Math.round(windowMs / 1000)) });
-  }
 }
 
 /** Only paths inside the console may be a post-login destination (no open redirect). */

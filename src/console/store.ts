@@ -1,4 +1,4 @@
-// The console's SQL: users and sessions, rate-limit attempts, and the ledger reads behind the billing and usage pages.
+// The console's SQL: users and sessions, rate-limit counters and secrets, and the ledger reads behind the billing and usage pages.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Db, Queryable } from '../store/db.js';
 import { createAccount } from '../store/accounts.js';
@@ -66,21 +66,51 @@ export async function deleteSession(db: Queryable, tokenHash: string): Promise<v
   await db.query('DELETE FROM console_sessions WHERE token_hash = $1', [tokenHash]);
 }
 
-export type AttemptKind = 'login' | 'signup';
-
-/** Failed attempts in the window, by this IP and by this email. */
-export async function recentAttempts(db: Queryable, kind: AttemptKind, ip: string, email: string, windowMs: number): Promise<{ ip: number; email: number }> {
-  const since = new Date(Date.now() - windowMs);
-  const res = await db.query(
-    `SELECT (SELECT count(*) FROM console_attempts WHERE kind = $1 AND ip = $2 AND at > $4)::int AS by_ip,
-            (SELECT count(*) FROM console_attempts WHERE kind = $1 AND email = $3 AND at > $4)::int AS by_email`,
-    [kind, ip, email, since]);
-  return { ip: res.rows[0]!.by_ip as number, email: res.rows[0]!.by_email as number };
+/** Log out everywhere: every session of the user ends. */
+export async function deleteSessionsOf(db: Queryable, userId: string): Promise<void> {
+  await db.query('DELETE FROM console_sessions WHERE user_id = $1', [userId]);
 }
 
-export async function recordAttempt(db: Queryable, kind: AttemptKind, ip: string, email: string): Promise<void> {
-  await db.query('INSERT INTO console_attempts (kind, ip, email) VALUES ($1, $2, $3)', [kind, ip, email]);
-  if (Math.random() < 0.05) await db.query(`DELETE FROM console_attempts WHERE at < now() - interval '1 day'`);
+export async function activeSessions(db: Queryable, userId: string): Promise<number> {
+  const res = await db.query('SELECT count(*)::int AS n FROM console_sessions WHERE user_id = $1 AND expires_at > now()', [userId]);
+  return res.rows[0]!.n as number;
+}
+
+/** A new password ends every session of the user, in the same transaction, and opens a new one for the browser that changed it. */
+export async function changePassword(db: Db, userId: string, passwordHash: string): Promise<{ token: string; csrf: string }> {
+  return db.tx(async (c) => {
+    await c.query('UPDATE console_users SET password_hash = $2 WHERE id = $1', [userId, passwordHash]);
+    await deleteSessionsOf(c, userId);
+    return createSession(c, userId);
+  });
+}
+
+/**
+ * Counts one attempt in `bucket`'s fixed window, starting a new window once the old one is over: one
+ * statement, so of any number of concurrent attempts each sees its own count. → the count and window start.
+ */
+export async function hitBucket(db: Queryable, bucket: string, windowMs: number): Promise<{ hits: number; windowStart: Date }> {
+  const res = await db.query(
+    `INSERT INTO console_throttle AS t (bucket, window_start, hits) VALUES ($1, now(), 1)
+     ON CONFLICT (bucket) DO UPDATE SET
+       hits = CASE WHEN t.window_start <= now() - $2::int * interval '1 millisecond' THEN 1 ELSE t.hits + 1 END,
+       window_start = CASE WHEN t.window_start <= now() - $2::int * interval '1 millisecond' THEN now() ELSE t.window_start END
+     RETURNING hits, window_start`, [bucket, windowMs]);
+  // Old windows of anyone are swept now and then rather than by a timer.
+  if (Math.random() < 0.02) await db.query(`DELETE FROM console_throttle WHERE window_start < now() - interval '1 day'`);
+  return { hits: res.rows[0]!.hits as number, windowStart: res.rows[0]!.window_start as Date };
+}
+
+/** Gives back one counted attempt (a log-in that succeeded was no failure). */
+export async function refundBucket(db: Queryable, bucket: string): Promise<void> {
+  await db.query('UPDATE console_throttle SET hits = hits - 1 WHERE bucket = $1 AND hits > 0', [bucket]);
+}
+
+/** A secret shared by every instance on this store: made by the first to ask, read by the others. */
+export async function sharedSecret(db: Queryable, name: string): Promise<string> {
+  await db.query('INSERT INTO console_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING', [name, randomBytes(32).toString('base64url')]);
+  const res = await db.query('SELECT value FROM console_secrets WHERE name = $1', [name]);
+  return res.rows[0]!.value as string;
 }
 
 export interface LedgerRow {

@@ -8,6 +8,8 @@ const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 const JSON_TYPE = 'application/json';
 
 export type Headers = Record<string, string>;
+/** Response headers: a list is written once per value (several Set-Cookie). */
+export type OutHeaders = Record<string, string | readonly string[]>;
 
 /** Until a route's family is known: the plain `{error: {...}}` shape. */
 const PLAIN: ErrorRenderer = {
@@ -67,7 +69,7 @@ export class Ctx {
     return !this.aborted && !this.finished;
   }
 
-  send(status: number, body: string | Buffer | Uint8Array, headers: Headers = {}, contentType = JSON_TYPE): void {
+  send(status: number, body: string | Buffer | Uint8Array, headers: OutHeaders = {}, contentType = JSON_TYPE): void {
     if (!this.live) return;
     this.status = status;
     this.finished = true;
@@ -76,7 +78,10 @@ export class Ctx {
       this.res.writeStatus(statusLine(status));
       this.res.writeHeader('content-type', contentType);
       this.res.writeHeader('x-request-id', this.requestId);
-      for (const k in headers) this.res.writeHeader(k, headers[k]!);
+      for (const k in headers) {
+        const v = headers[k]!;
+        for (const one of typeof v === 'string' ? [v] : v) this.res.writeHeader(k, one);
+      }
       this.res.end(body);
     });
   }

@@ -193,8 +193,15 @@ test('a person signs up, creates a key, tops up, sees usage and revokes the key 
   await page.getByRole('heading', { name: 'Key not found' }).waitFor();
   await shot('not-found');
 
+  // The account page, from the email in the header: the password form and log out everywhere.
+  await page.getByRole('link', { name: email }).click();
+  await page.waitForURL('**/console/account');
+  await page.getByRole('heading', { name: 'Change password' }).waitFor();
+  await page.getByRole('button', { name: 'Log out everywhere' }).waitFor();
+  await shot('account');
+
   // Log out.
-  await page.getByRole('button', { name: 'Log out' }).click();
+  await page.getByRole('button', { name: 'Log out', exact: true }).click();
   await page.waitForURL('**/console/login?done=logged-out');
   await page.goto(`${gw.url}/console/billing`);
   assert.equal(new URL(page.url()).pathname, '/console/login');

@@ -42,7 +42,8 @@ export async function freshDatabase() {
 
 /**
  * options: { store: 'pglite' | 'postgres', redis: boolean, redisUrl (another Redis), embedded: boolean (no --config at all),
- *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env, workers }
+ *            upstreams, models, limits, database: {url} (share one), redisPrefix (share one), env, workers,
+ *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl }
  */
 export async function startGateway(t, options = {}) {
   const store = options.store ?? 'postgres';
@@ -58,6 +59,8 @@ export async function startGateway(t, options = {}) {
       upstreams: options.upstreams ?? { sim: { sim: {} } },
       models: options.models ?? TEST_MODELS,
       limits: options.limits ?? {},
+      payments: options.payments ?? { provider: 'sandbox', allow_sandbox: true },
+      ...(options.publicUrl ? { public_url: options.publicUrl } : {}),
       ...(options.workers ? { workers: options.workers } : {}),
     };
     if (store === 'postgres') {
@@ -97,7 +100,8 @@ export async function startGateway(t, options = {}) {
   const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
   const gw = {
     proc, dir, output, db, exited, configPath, redisPrefix,
-    url: listening.base_url,
+    // With a public_url the printed base is that URL; tests reach the listener itself.
+    url: options.publicUrl ? `http://127.0.0.1:${listening.port}` : listening.base_url,
     /** Runs a CLI command against the same store, returning its --json object. */
     async cli(...cliArgs) {
       const full = [CLI, ...cliArgs, '--json', '--data-dir', dir, ...(configPath ? ['--config', configPath] : [])];

@@ -1,19 +1,21 @@
-// Sign-up, log-in and log-out: forms, argon2id password checks, throttling and the session cookie.
+// Sign-up, log-in and log-out: forms, argon2id password checks, throttling, the session and known-device cookies.
 import type { Services } from '../../services.js';
 import type { Ctx } from '../../server/context.js';
 import { html, type Html } from '../html.js';
 import { barePage, csrfField, notice } from '../layout.js';
 import { parseForm, query, redirect, sendHtml } from '../http.js';
-import { burnVerify, hashPassword, verifyPassword } from '../password.js';
-import { createSession, createUser, deleteSession, EmailTaken, recordAttempt, userByEmail, type ConsoleUser, type Session } from '../store.js';
-import { checkPreCsrf, clearSessionCookie, preToken, safeNext, sessionCookie, throttle } from '../session.js';
+import { burnVerify, hashPassword, verifyPassword } from '../hash.js';
+import { MAX_PASSWORD, MIN_PASSWORD, PASSWORD_HINT, passwordProblem } from '../password.js';
+import { createSession, createUser, deleteSession, EmailTaken, userByEmail, type ConsoleUser, type Session } from '../store.js';
+import { checkPreCsrf, clearSessionCookie, preToken, safeNext, sessionCookie } from '../session.js';
+import { addressBucket, admit } from '../throttle.js';
+import { deviceCookie, knownDevice } from '../device.js';
 
 const EMAIL_RE = /^[^\s@<>"']+@[^\s@<>"']+\.[^\s@<>"']+$/;
-const MIN_PASSWORD = 10;
-const MAX_PASSWORD = 256;
 
 const DONE: Record<string, string> = {
   'logged-out': 'You have been logged out.',
+  'logged-out-everywhere': 'You have been logged out of every session of this account.',
 };
 
 interface FormState { email?: string; error?: string; next?: string; info?: string }
@@ -34,7 +36,7 @@ function signupForm(csrf: string, st: FormState): Html {
 <form method="post" action="/console/signup">${csrfField(csrf)}
 <div class="field"><label for="email">Email</label><input id="email" name="email" type="email" autocomplete="email" required value="${st.email ?? ''}" autofocus></div>
 <div class="field"><label for="password">Password</label><input id="password" name="password" type="password" autocomplete="new-password" required minlength="${MIN_PASSWORD}">
-<div class="hint">At least ${MIN_PASSWORD} characters.</div></div>
+<div class="hint">${PASSWORD_HINT}</div></div>
 <button type="submit">Create account</button></form></div>
 <p class="alt">Already have an account? <a href="/console/login">Log in</a></p>`);
 }
@@ -59,26 +61,33 @@ function normalEmail(v: string | null): string {
   return (v ?? '').trim().toLowerCase();
 }
 
+/**
+ * Counted first (per address, and per account, or per device when this browser logged in to it before), then
+ * checked: a success gives its count back, so the limits count failures and guesses in flight.
+ */
 export async function login(s: Services, ctx: Ctx, body: Buffer | null): Promise<void> {
   const form = parseForm(ctx, body);
   checkPreCsrf(ctx, form);
   const email = normalEmail(form.get('email'));
   const password = form.get('password') ?? '';
   const next = form.get('next') ?? '';
-  await throttle(s, 'login', ctx.remoteAddress, email);
   const user = email && password.length <= MAX_PASSWORD ? await userByEmail(s.db, email) : null;
+  const device = user ? await knownDevice(s, ctx, user.id) : null;
+  const counted = await admit(s, 'login', [addressBucket('login', ctx.remoteAddress),
+    user && device ? `login:device:${user.id}:${device}` : `login:acct:${email}`]);
   let ok = false;
   if (user) ok = await verifyPassword(password, user.passwordHash);
   else await burnVerify(password.slice(0, MAX_PASSWORD));
   if (!user || !ok) {
-    await recordAttempt(s.db, 'login', ctx.remoteAddress, email);
     sendForm(s, ctx, 401, (csrf) => loginForm(csrf, { email, next, error: 'That email and password do not match an account.' }));
     return;
   }
+  await counted.refund();
   const { token } = await createSession(s.db, user.id);
-  redirect(s, ctx, safeNext(next), { 'set-cookie': sessionCookie(s, token) });
+  redirect(s, ctx, safeNext(next), { 'set-cookie': [sessionCookie(s, token), await deviceCookie(s, user.id, device)] });
 }
 
+/** Every valid sign-up counts (per address and per email), before the account is made. */
 export async function signup(s: Services, ctx: Ctx, body: Buffer | null): Promise<void> {
   const form = parseForm(ctx, body);
   checkPreCsrf(ctx, form);
@@ -86,10 +95,9 @@ export async function signup(s: Services, ctx: Ctx, body: Buffer | null): Promis
   const password = form.get('password') ?? '';
   const again = (error: string, status = 422) => sendForm(s, ctx, status, (csrf) => signupForm(csrf, { email, error }));
   if (!EMAIL_RE.test(email) || email.length > 254) return again('Enter a valid email address.');
-  if (password.length < MIN_PASSWORD) return again(`Choose a password of at least ${MIN_PASSWORD} characters.`);
-  if (password.length > MAX_PASSWORD) return again(`Choose a password of at most ${MAX_PASSWORD} characters.`);
-  await throttle(s, 'signup', ctx.remoteAddress, email);
-  await recordAttempt(s.db, 'signup', ctx.remoteAddress, email);
+  const weak = passwordProblem(password, email);
+  if (weak) return again(weak);
+  await admit(s, 'signup', [addressBucket('signup', ctx.remoteAddress), `signup:email:${email}`]);
   let user: ConsoleUser;
   try {
     user = await createUser(s.db, email, await hashPassword(password));
@@ -98,7 +106,7 @@ export async function signup(s: Services, ctx: Ctx, body: Buffer | null): Promis
     throw e;
   }
   const { token } = await createSession(s.db, user.id);
-  redirect(s, ctx, '/console/keys?done=welcome', { 'set-cookie': sessionCookie(s, token) });
+  redirect(s, ctx, '/console/keys?done=welcome', { 'set-cookie': [sessionCookie(s, token), await deviceCookie(s, user.id, null)] });
 }
 
 export async function logout(s: Services, ctx: Ctx, session: Session): Promise<void> {

@@ -19,6 +19,8 @@ const DONE: Record<string, string> = {
   card: 'Your card was saved for automatic top-ups.',
 };
 
+const SANDBOX_NOTE = 'Payments run in sandbox mode: top-ups add credit to the balance and no real money is taken.';
+
 const STATUS_TEXT: Record<string, { tone: 'ok' | 'warn' | 'off'; text: string }> = {
   succeeded: { tone: 'ok', text: 'The last automatic top-up succeeded.' },
   processing: { tone: 'warn', text: 'A charge is being processed.' },
@@ -61,7 +63,7 @@ async function billingPage(r: Req, f: Form = {}, status = 200): Promise<void> {
   const a = f.auto ?? { enabled: auto.enabled, threshold: auto.threshold ? nanoToDecimal(dollarsToNano(auto.threshold)) : '10', amount: auto.amount ? nanoToDecimal(dollarsToNano(auto.amount)) : '25' };
   const st = auto.status ? STATUS_TEXT[auto.status] ?? { tone: 'warn' as const, text: auto.status.replace(/_/g, ' ') } : null;
   const body = html`<div class="head"><div><h1>Billing</h1><p class="muted">Tollgate is prepaid: requests draw on this balance and are refused once it runs out.</p></div></div>
-${sessionNote}${notice('ok', DONE[r.query.get('done') ?? ''])}
+${r.s.config.payments.provider === 'sandbox' ? notice('warn', SANDBOX_NOTE) : ''}${sessionNote}${notice('ok', DONE[r.query.get('done') ?? ''])}
 <div class="grid g2">
 <div class="card"><h2>Balance</h2><div class="stat" id="balance" data-balance>${usd(balance)}</div>
 <p class="muted small">Account <code id="account-id">${accountId}</code></p>
