@@ -15,7 +15,7 @@ import { boundHeapGrowth } from '../dist/server/heap.js';
 
 const [target, streamTarget = target] = process.argv.slice(2);
 if (!target) { console.error('usage: node bench/floor.mjs UPSTREAM_URL [STREAM_UPSTREAM_URL]'); process.exit(2); }
-const upstream = (name, baseUrl) => [name, { name, baseUrl, sim: undefined, apiKeyEnv: undefined, timeoutMs: 600_000, continuousUsage: false, responsesApi: false }];
+const upstream = (name, baseUrl) => [name, { name, baseUrl, sim: undefined, apiKeyEnv: undefined, timeoutMs: 600_000, continuousUsage: false, responsesApi: false, forwardHeaders: { names: [], prefixes: [] } }];
 const upstreams = new Upstreams(new Map([upstream('chat', target), upstream('stream', streamTarget)]), new Map());
 const PLAIN = process.env.FLOOR_CLIENT === 'http';
 const agent = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' });

@@ -185,3 +185,17 @@ test('a long session extends its hold under the admission rule, and an extension
     assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 1n }), { ok: false, reason: 'key_spend_limit_reached' });
   }
 });
+
+test('a debit recorded twice under one id (a takeover of an owner that was only slow) counts once, at its last amount', async (t) => {
+  for (const l of await limiters(t)) {
+    assert.equal((await admit(l, 'y', 'y0', 5_000n, 10_000n)).ok, true);
+    await l.settle('y0', debit('y', 'y0', 2_000n), true);
+    await l.settle('y0', debit('y', 'y0', 1_500n), true);
+    assert.deepEqual(await l.pendingOf('y', 'key_y'), { account: 1_500n, key: 1_500n }, `${l.kind}: one pending record`);
+    assert.equal((await admit(l, 'y', 'y1', 8_500n, 10_000n)).ok, true, `${l.kind}: 8,500 of headroom`);
+    assert.equal((await admit(l, 'y', 'y2', 1n, 10_000n)).ok, false, `${l.kind}: and no more`);
+    await l.release('y', 'y1');
+    await l.committed('y', ['y0'], { balance: { amount: 8_500n, version: 2n }, spends: [] });
+    assert.deepEqual(await l.pendingOf('y', 'key_y'), { account: 0n, key: 0n });
+  }
+});

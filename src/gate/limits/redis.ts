@@ -133,8 +133,15 @@ const SETTLE = `${LIB}
 local owner = ARGV[1]
 for i = 2, #ARGV, 6 do
   if ARGV[i + 5] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i]) end
+  -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
+  local prior = redis.call('HGET', KEYS[5], ARGV[i + 1])
+  if prior then
+    local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
+    add(KEYS[1], pk, neg(pa))
+    pending(KEYS[1], pk, neg(pa))
+  end
   add(KEYS[1], ARGV[i + 2], ARGV[i + 3])
-  if redis.call('HEXISTS', KEYS[5], ARGV[i + 1]) == 0 then pending(KEYS[1], ARGV[i + 2], ARGV[i + 3]) end
+  pending(KEYS[1], ARGV[i + 2], ARGV[i + 3])
   redis.call('HSET', KEYS[5], ARGV[i + 1], ARGV[i + 2] .. '|' .. ARGV[i + 3] .. '|' .. owner .. '|' .. ARGV[i + 4])
 end
 redis.call('PERSIST', KEYS[1])
