@@ -131,3 +131,53 @@ test('unbilled requests count against the key\'s rpm and concurrency too', async
   assert.equal(inspect.status, 429);
   assert.ok(Number(inspect.headers.get('retry-after')) > 0);
 });
+
+test('whatever fails, at whichever stage, the request leaves no hold and bills nothing (Redis limits)', { timeout: 120_000 }, async (t) => {
+  const gw = await startGateway(t, { store: 'postgres', redis: true, upstreams: { sim: { sim: {}, timeout_ms: 600 } } });
+  const { key, account } = await gw.account('1', { rpm: 10_000 });
+  const poor = await gw.account('0');
+  const post = (body, headers = {}, k = key, signal) => gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(k), ...headers }, body, signal });
+  const failures = [
+    ['body is not JSON', () => post('{"model":')],
+    ['body fails the schema', () => post(JSON.stringify({ model: 'sim-chat', messages: 'hi' }))],
+    ['unknown model', () => post(chatBody({ model: 'no-such-model' }))],
+    ['refused parameter', () => post(chatBody({ n: 1, logit_bias: { 1: 2 }, audio: { voice: 'alloy', format: 'wav' } }))],
+    ['too deep', () => post(`{"model":"sim-chat","messages":[],"metadata":${'['.repeat(200)}${']'.repeat(200)}}`)],
+    ['no balance (402)', () => post(chatBody(), {}, poor.key)],
+    ['upstream 500', () => post(chatBody(), { 'x-sim-fail-status': '500' })],
+    ['upstream 400', () => post(chatBody(), { 'x-sim-fail-status': '400' })],
+    ['malformed upstream reply', () => post(chatBody(), { 'x-sim-malformed': '1' })],
+    ['upstream never answers (timeout)', () => post(chatBody(), { 'x-sim-hang': '1' })],
+    ['streamed reply cut before any output', () => post(chatBody({ stream: true }), { 'x-sim-truncate-after': '0' })],
+  ];
+  for (const [what, run] of failures) {
+    const res = await run();
+    const text = await res.text().catch(() => '');
+    // a stream's headers are out before it breaks: it is cut short instead
+    assert.ok(res.status >= 400 || what.startsWith('streamed'), `${what}: ${res.status}`);
+    assert.ok(res.status !== 500, `${what}: never an opaque 500 (${text.slice(0, 200)})`);
+  }
+  // a client that leaves mid-stream, and one that leaves before the answer
+  const ctl = new AbortController();
+  const s = await post(chatBody({ stream: true, max_tokens: 200 }), { 'x-sim-token-delay-ms': '20' }, key, ctl.signal);
+  await s.body.getReader().read();
+  ctl.abort();
+  const ctl2 = new AbortController();
+  const hanging = post(chatBody(), { 'x-sim-hang': '1' }, key, ctl2.signal).catch(() => undefined);
+  setTimeout(() => ctl2.abort(), 100);
+  await hanging;
+  const deadline = Date.now() + 10_000;
+  const holds = async () => Number(/^tollgate_open_holds (\d+)/m.exec(await (await gw.fetch('/metrics')).text())[1]);
+  while (await holds() !== 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  assert.equal(await holds(), 0, 'no hold left in this instance');
+  const { Redis } = await import('../node_modules/ioredis/built/index.js');
+  const r = new Redis(process.env.TOLLGATE_TEST_REDIS ?? 'redis://127.0.0.1:6379');
+  t.after(() => r.quit());
+  assert.equal(await r.hlen(`${gw.redisPrefix}{${account}}:holds`), 0, 'no hold left in Redis');
+  // only the stream that produced output before its client left is billed
+  await new Promise((r2) => setTimeout(r2, 500));
+  const show = await gw.cli('account', 'show', account);
+  assert.ok(show.balance < 1 && show.balance > 0.999, `one small debit: balance ${show.balance}`);
+  assert.equal(show.balance, show.ledger_total);
+  assert.doesNotMatch(gw.output.stdout, /unhandled/i);
+});
