@@ -45,7 +45,8 @@ async function privateRedis(t) {
 async function privatePostgres(t) {
   const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'tg-pg-'));
-  chownSync(dir, 101, 104);
+  const id = (flag) => Number(execFileSync('id', [flag, 'postgres']).toString().trim());
+  chownSync(dir, id('-u'), id('-g'));
   const asPg = (cmd, args) => execFileSync('runuser', ['-u', 'postgres', '--', join(PG_BIN, cmd), ...args], { stdio: 'ignore' });
   asPg('initdb', ['-D', join(dir, 'data'), '-A', 'trust', '-U', 'postgres']);
   const p = {
