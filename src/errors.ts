@@ -3,7 +3,8 @@
 /** Every error code a client can see (the `code` of the envelope); a new one is added here first. */
 export type ErrorCode =
   // the request
-  | 'invalid_json' | 'validation_error' | 'unsupported_parameter' | 'request_too_large' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
+  | 'invalid_json' | 'invalid_encoding' | 'unsupported_media_type' | 'validation_error' | 'invalid_value' | 'unsupported_parameter'
+  | 'request_too_large' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
   | 'model_not_found'
   // the key
   | 'invalid_api_key' | 'insufficient_scope'
