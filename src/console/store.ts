@@ -162,9 +162,11 @@ export interface LedgerRow {
   keyPrefix: string | null;
   inputTokens: number | null;
   outputTokens: number | null;
+  /** A debit's request (its `x-request-id`); null for credits. */
+  requestId: string | null;
 }
 
-const LEDGER_COLS = `l.id, l.created_at, l.kind, l.amount_nd, l.reason, l.model, k.prefix,
+const LEDGER_COLS = `l.id, l.created_at, l.kind, l.amount_nd, l.reason, l.model, k.prefix, l.idem_key,
   (l.usage->>'input_tokens')::bigint AS input_tokens, (l.usage->>'output_tokens')::bigint AS output_tokens`;
 
 function toLedger(r: Record<string, unknown>): LedgerRow {
@@ -173,6 +175,8 @@ function toLedger(r: Record<string, unknown>): LedgerRow {
     id: r.id as bigint, at: r.created_at as Date, kind: r.kind as 'credit' | 'debit', amount: r.amount_nd as bigint,
     reason: r.reason as string, model: (r.model as string | null) ?? null, keyPrefix: (r.prefix as string | null) ?? null,
     inputTokens: n(r.input_tokens), outputTokens: n(r.output_tokens),
+    // A debit's idempotency key is its request id; a request settled in parts adds `#n` to it.
+    requestId: r.kind === 'debit' ? (r.idem_key as string).split('#')[0]! : null,
   };
 }
 
