@@ -1,6 +1,5 @@
 #!/usr/bin/env node
 // Command-line entry: serve | sim | account ... | key ...  (see README for the contract).
-import { resolve } from 'node:path';
 import { embeddedConfig, loadConfigFile, splitHostPort, ConfigError, type Config } from './config.js';
 import { Gateway, baseUrlOf } from './server/app.js';
 import { openServices, closeServices } from './services.js';
@@ -10,11 +9,13 @@ import { log, setRequestLogging } from './observe/log.js';
 import { isWorker, reportReady, startWorkers, workerPort } from './server/workers.js';
 import { boundHeapGrowth } from './server/heap.js';
 import { lockDataDir, DataDirBusy } from './store/lock.js';
-import { openPglite, openPostgres, type Db } from './store/db.js';
+import { embeddedStoreExists, openPglite, openPostgres, type Db } from './store/db.js';
 import { Settler } from './ledger/settle.js';
-import { runOp, OpError, credit, type OpArgs } from './ops.js';
+import { runOp, OpError, credit, type OpArgs, type OpsDeps } from './ops.js';
 import { createAccount, accountByEmail } from './store/accounts.js';
 import { createKey } from './store/keys.js';
+import { consoleUserFor, createSigninLink, hasPassword } from './console/store.js';
+import { cliCommand, dataDirOf } from './cli-hints.js';
 import { nanoToDecimal } from './money.js';
 import { startSim } from './sim/index.js';
 
@@ -39,16 +40,15 @@ const USAGE = `usage: tollgate <command>
   serve [--config FILE] [--data-dir DIR] [--listen HOST:PORT]
   sim [--listen HOST:PORT] [--token-delay-ms N]
   account create --email EMAIL [--credit DOLLARS] [--json]
-  account credit ACCOUNT_ID --amount DOLLARS [--reason TEXT] [--json]
-  account show ACCOUNT_ID [--json]
-  key create --account ACCOUNT_ID [--label L] [--scopes llm,voice,batch] [--spend-limit DOLLARS --period daily|monthly] [--rpm N] [--concurrency N] [--json]
-  key revoke PREFIX [--json]
-  key list --account ACCOUNT_ID [--json]
-Every command takes --config FILE / --data-dir DIR to reach the same store as serve.`;
-
-function dataDir(flags: OpArgs): string {
-  return resolve(typeof flags.data_dir === 'string' ? flags.data_dir : process.env.TOLLGATE_DATA_DIR ?? './tollgate-data');
-}
+  account list [--email TEXT] [--limit N] [--json]
+  account show ACCOUNT [--json]
+  account credit ACCOUNT --amount DOLLARS [--reason TEXT] [--json]
+  account sign-in-link ACCOUNT [--json]
+  key create --account ACCOUNT [--label L] [--scopes llm,voice,batch] [--spend-limit DOLLARS --period daily|monthly] [--rpm N] [--concurrency N] [--json]
+  key revoke KEY_OR_PREFIX [--json]
+  key list --account ACCOUNT [--json]
+ACCOUNT is an account id (acct_...) or its email. Every command takes --config FILE / --data-dir DIR
+to reach the same store as serve.`;
 
 function loadConfig(flags: OpArgs): Config {
   const base = typeof flags.config === 'string' ? loadConfigFile(flags.config) : embeddedConfig();
@@ -59,30 +59,23 @@ function loadConfig(flags: OpArgs): Config {
 
 async function serve(flags: OpArgs): Promise<void> {
   let config = loadConfig(flags);
-  const dir = dataDir(flags);
+  const dir = dataDirOf(flags);
   if (process.env.TOLLGATE_LOG_REQUESTS === '0') setRequestLogging(false);
-  if (config.workers > 1 && !isWorker()) return servePrimary(config);
+  if (config.workers > 1 && !isWorker()) return servePrimary(config, flags);
   if (isWorker()) config = Object.freeze({ ...config, listen: { ...config.listen, port: workerPort() } });
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
   const s = await openServices(config, dir);
   const gw = new Gateway(s, mounts(s), fallbackFamily);
   await gw.listen();
   const heap = boundHeapGrowth();
-  const deps = { db: s.db, settler: s.settler, onKey: (k: Parameters<typeof s.cache.putKey>[0]) => s.cache.putKey(k) };
-  const admin = s.db.kind === 'pglite' ? await startAdminSocket(dir, deps) : null;
   const base = gw.baseUrl;
-  let firstKey: string | null = null;
-  if (config.embedded && !(await accountByEmail(s.db, config.demo.email))) {
-    const acct = await createAccount(s.db, config.demo.email);
-    await credit(deps, acct.id, config.demo.credit, 'sandbox credit for the demo account', `credit:demo:${acct.id}`);
-    firstKey = (await createKey(s.db, { accountId: acct.id, label: 'first key' })).key;
-  }
+  const deps: OpsDeps = { db: s.db, settler: s.settler, onKey: (k) => s.cache.putKey(k), baseUrl: base };
+  const admin = s.db.kind === 'pglite' ? await startAdminSocket(dir, deps) : null;
+  const cli = cliCommand(flags, { dataDir: dir, embedded: !config.databaseUrl });
   const lines = banner(
     `Tollgate is running${config.embedded ? ` on its embedded default (PGlite in ${dir}, in-process limits, simulated upstream "sim", payment sandbox)` : ''}.`,
     base,
-    firstKey
-      ? `  API key (shown once):  ${firstKey}\n                         for ${config.demo.email}, with $${nanoToDecimal(config.demo.credit)} of sandbox credit`
-      : undefined,
+    config.embedded ? await demoLines(deps, config, cli) : keyHint(cli),
   );
   if (isWorker()) {
     log('info', 'worker serving', { pid: process.pid, port: gw.port });
@@ -102,9 +95,48 @@ async function serve(flags: OpArgs): Promise<void> {
   });
 }
 
-/** The start-up lines: a headline, the API and console URLs, and how to get a key. */
-function banner(headline: string, base: string, keyLine = '  API keys: create one with `node dist/cli.js key create --account ACCOUNT_ID`'): string[] {
-  return [headline, `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`, `  Console:               ${base}/console`, keyLine];
+/** The start-up lines: a headline, the API and console URLs, and how to get a key (commands that work as printed). */
+function banner(headline: string, base: string, keyLines: string[]): string[] {
+  return [headline, `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`, `  Console:               ${base}/console`, ...keyLines];
+}
+
+type Cli = (args: string) => string;
+
+function keyHint(cli: Cli): string[] {
+  return [
+    `  Accounts:              ${cli('account list')}`,
+    `  API keys:              ${cli('account create --email EMAIL --credit DOLLARS')}`,
+    `                         ${cli('key create --account ACCOUNT')}   (an account id or email)`,
+  ];
+}
+
+/**
+ * The embedded default's demo account: made at first start with its credit, a key (shown that once) and
+ * a one-time console sign-in link; at every later start, the commands that make another of each.
+ */
+async function demoLines(deps: OpsDeps, config: Config, cli: Cli): Promise<string[]> {
+  const email = config.demo.email;
+  const existing = await accountByEmail(deps.db, email);
+  if (existing) {
+    const user = await consoleUserFor(deps.db, existing);
+    return [
+      `  API keys:              ${cli(`key create --account ${existing.id}`)}   (the demo account, ${email})`,
+      hasPassword(user)
+        ? `  Console log-in:        ${email} with the password set for it`
+        : `  Console sign-in:       ${cli(`account sign-in-link ${email}`)}   (prints a one-time link)`,
+    ];
+  }
+  const acct = await createAccount(deps.db, email);
+  await credit(deps, acct.id, config.demo.credit, 'sandbox credit for the demo account', `credit:demo:${acct.id}`);
+  const key = (await createKey(deps.db, { accountId: acct.id, label: 'first key' })).key;
+  const link = await createSigninLink(deps.db, (await consoleUserFor(deps.db, acct)).id);
+  return [
+    `  API key (shown once):  ${key}`,
+    `                         for ${email} (account ${acct.id}), with $${nanoToDecimal(config.demo.credit)} of sandbox credit`,
+    `  Console sign-in:       ${deps.baseUrl}/console/signin/${link.token}`,
+    '                         (one-time link, valid 24 hours: it signs in as the demo account; set a password there)',
+    `  More keys:             ${cli(`key create --account ${acct.id}`)}`,
+  ];
 }
 
 /** A config file that runs the sandbox says so at every start: its top-ups credit balances without taking money. */
@@ -126,10 +158,11 @@ function onStopSignal(drain: (signal: string) => Promise<void>): void {
 }
 
 /** `workers: N`: this process only starts, restarts and stops N gateway processes on one port. */
-async function servePrimary(config: Config): Promise<void> {
+async function servePrimary(config: Config, flags: OpArgs): Promise<void> {
   const { port, stop } = await startWorkers(config.workers, config.listen.host, config.listen.port, config.payments.webhookSecret);
   const base = baseUrlOf(config, port);
-  process.stdout.write(`${banner(`Tollgate is running as ${config.workers} worker processes on one port.`, base).join('\n')}\n`);
+  const hint = keyHint(cliCommand(flags, { dataDir: dataDirOf(flags), embedded: false }));
+  process.stdout.write(`${banner(`Tollgate is running as ${config.workers} worker processes on one port.`, base, hint).join('\n')}\n`);
   warnSandbox(config);
   log('info', 'listening', { base_url: base, port, workers: config.workers, store: 'postgres', limits: 'redis' });
   onStopSignal(async (signal) => {
@@ -150,23 +183,38 @@ async function simCommand(flags: OpArgs): Promise<void> {
 
 async function operator(command: string, positional: string[], flags: OpArgs): Promise<void> {
   const args: OpArgs = { ...flags };
-  if (command === 'account credit' || command === 'account show') args.account_id = positional[0];
+  if (['account credit', 'account show', 'account sign-in-link'].includes(command)) args.account_id = positional[0];
   if (command === 'key revoke') args.prefix = positional[0];
   const config = loadConfig(flags);
-  const dir = dataDir(flags);
+  const dir = dataDirOf(flags);
+  const local = (db: Db) => runOp({ db, settler: new Settler(db, noListener), baseUrl: baseUrlOf(config, config.listen.port) }, command, args);
   let result: Record<string, unknown>;
   if (!config.databaseUrl) {
     const remote = await callAdmin(dir, command, args);
     if (remote) {
-      if (!remote.ok) throw new OpError(remote.error ?? 'failed');
+      if (!remote.ok) throw new OpError(remote.error ?? 'failed', remote.exit_code ?? 1);
       result = remote.result!;
-    } else result = await withStore(config, dir, (db) => runOp({ db, settler: new Settler(db, noListener) }, command, args));
-  } else result = await withStore(config, dir, (db) => runOp({ db, settler: new Settler(db, noListener) }, command, args));
+    } else {
+      newStoreCheck(command, dir, flags);
+      result = await withStore(config, dir, local);
+    }
+  } else result = await withStore(config, dir, local);
   if (flags.json) process.stdout.write(`${JSON.stringify(result)}\n`);
   else process.stdout.write(`${human(result)}\n`);
 }
 
 const noListener = { balance: () => undefined, spend: () => undefined };
+
+/**
+ * No server answers on this data dir and no store is in it: a CLI run would make a new, empty one, which
+ * no running server reads. Only `account create` does so, saying where; anything else is refused.
+ */
+function newStoreCheck(command: string, dir: string, flags: OpArgs): void {
+  if (embeddedStoreExists(dir)) return;
+  const reach = 'A server started with --config FILE or --data-dir DIR keeps its store there: pass the same flag to this command.';
+  if (command !== 'account create') throw new OpError(`no Tollgate store in ${dir} (and no server running on it). ${reach}`, 1);
+  process.stderr.write(`tollgate: no Tollgate store in ${dir}${typeof flags.data_dir === 'string' ? '' : ' (the default data dir)'}: creating a new embedded store there. ${reach}\n`);
+}
 
 async function withStore<T>(config: Config, dir: string, fn: (db: Db) => Promise<T>): Promise<T> {
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
@@ -200,7 +248,7 @@ async function main(): Promise<void> {
 main().catch((e: unknown) => {
   if (e instanceof OpError || e instanceof ConfigError || e instanceof DataDirBusy) {
     process.stderr.write(`tollgate: ${e.message}\n`);
-    process.exit(2);
+    process.exit(e instanceof OpError ? e.exitCode : 2);
   }
   process.stderr.write(`tollgate: ${(e as Error)?.stack ?? String(e)}\n`);
   process.exit(1);

@@ -3,7 +3,8 @@
 /** Every error code a client can see (the `code` of the envelope); a new one is added here first. */
 export type ErrorCode =
   // the request
-  | 'invalid_json' | 'validation_error' | 'unsupported_parameter' | 'request_too_large' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
+  | 'invalid_json' | 'invalid_encoding' | 'unsupported_media_type' | 'validation_error' | 'invalid_value' | 'unsupported_parameter'
+  | 'request_too_large' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
   | 'model_not_found'
   // the key
   | 'invalid_api_key' | 'insufficient_scope'
@@ -71,7 +72,7 @@ function defaultType(status: number): string {
 export const STATUS_TEXT: Record<number, string> = {
   200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content',
   400: '400 Bad Request', 401: '401 Unauthorized', 402: '402 Payment Required', 403: '403 Forbidden',
-  404: '404 Not Found', 405: '405 Method Not Allowed', 408: '408 Request Timeout', 409: '409 Conflict',
+  404: '404 Not Found', 405: '405 Method Not Allowed', 408: '408 Request Timeout', 409: '409 Conflict', 410: '410 Gone',
   413: '413 Payload Too Large', 431: '431 Request Header Fields Too Large', 415: '415 Unsupported Media Type', 422: '422 Unprocessable Entity',
   429: '429 Too Many Requests', 500: '500 Internal Server Error', 502: '502 Bad Gateway',
   503: '503 Service Unavailable', 504: '504 Gateway Timeout',

@@ -1,14 +1,31 @@
 // Operator commands (accounts, credits, keys) as functions on the store, shared by the CLI and the admin socket.
 import { randomUUID } from 'node:crypto';
 import type { Db } from './store/db.js';
-import { accountById, accountByEmail, createAccount, keySpend } from './store/accounts.js';
-import { createKey, keysOfAccount, revokeKey, SCOPES, type KeyRecord, type Period, type Scope } from './store/keys.js';
+import { accountById, accountByEmail, accountByEmailAnyCase, createAccount, keySpend, listAccounts, type AccountRecord } from './store/accounts.js';
+import { createKey, keyByHash, keysOfAccount, revokeKey, SCOPES, type KeyRecord, type Period, type Scope } from './store/keys.js';
+import { hashKey, KEY_DISPLAY_PREFIX_LEN } from './store/ids.js';
+import { consoleUserFor, createSigninLink, EmailTaken } from './console/store.js';
 import type { Settler } from './ledger/settle.js';
 import { dollarsToNano, nanoToDollars, type Nanodollars } from './money.js';
 
-export class OpError extends Error {}
+/** A command that cannot be done: exit 2 for a wrong invocation (a flag missing or malformed), 1 when what it names is not there. */
+export class OpError extends Error {
+  constructor(message: string, readonly exitCode: 1 | 2 = 2) {
+    super(message);
+  }
+}
 
-export interface OpsDeps { db: Db; settler: Settler; onKey?: (k: KeyRecord) => void }
+function missing(message: string): OpError {
+  return new OpError(message, 1);
+}
+
+export interface OpsDeps {
+  db: Db;
+  settler: Settler;
+  onKey?: (k: KeyRecord) => void;
+  /** Where the console is reached (sign-in links): the running server's own base URL, else the config's. */
+  baseUrl: string;
+}
 
 export type OpArgs = Record<string, string | boolean | undefined>;
 
@@ -44,9 +61,21 @@ export function keyView(k: KeyRecord, spend?: { day: bigint; month: bigint }): R
   };
 }
 
-export async function credit(d: OpsDeps, accountId: string, amount: Nanodollars, reason: string, idemKey = `credit:${randomUUID()}`): Promise<bigint> {
+/** A key as an error message may quote it: its prefix only. */
+function shownKey(k: string): string {
+  return `${k.slice(0, KEY_DISPLAY_PREFIX_LEN)}…`;
+}
+
+export async function credit(d: Pick<OpsDeps, 'db' | 'settler'>, accountId: string, amount: Nanodollars, reason: string, idemKey = `credit:${randomUUID()}`): Promise<bigint> {
   const r = await d.settler.submit({ idemKey, nonce: idemKey, accountId, keyId: null, kind: 'credit', amount, reason });
   return r.balance ?? (await accountById(d.db, accountId))!.balance;
+}
+
+/** An account by id (`acct_…`) or email; a clear exit-1 error when there is none. */
+export async function findAccount(db: Db, ref: string): Promise<AccountRecord> {
+  const acct = ref.includes('@') ? await accountByEmail(db, ref) ?? await accountByEmailAnyCase(db, ref) : await accountById(db, ref);
+  if (acct) return acct;
+  throw missing(`no account ${ref}: give an account id (acct_…) or its email; \`account list\` shows every account`);
 }
 
 export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Record<string, unknown>> {
@@ -61,16 +90,32 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       return { account_id: acct.id, email, balance: nanoToDollars(balance) };
     }
     case 'account credit': {
-      const id = str(a, 'account_id')!;
-      if (!(await accountById(d.db, id))) throw new OpError(`no account ${id}`);
       const amount = dollars(str(a, 'amount')!, 'amount');
+      const { id } = await findAccount(d.db, str(a, 'account_id')!);
       const balance = await credit(d, id, amount, typeof a.reason === 'string' ? a.reason : 'operator credit');
       return { account_id: id, credited: nanoToDollars(amount), balance: nanoToDollars(balance) };
     }
+    case 'account list': {
+      const limit = posInt(str(a, 'limit', false), 'limit') ?? 100;
+      const rows = await listAccounts(d.db, str(a, 'email', false) ?? null, limit + 1);
+      return {
+        accounts: rows.slice(0, limit).map((r) => ({ account_id: r.id, email: r.email, balance: nanoToDollars(r.balance), keys: r.keys, created_at: r.createdAt.toISOString() })),
+        more: rows.length > limit,
+      };
+    }
+    case 'account sign-in-link': {
+      const acct = await findAccount(d.db, str(a, 'account_id')!);
+      let user;
+      try { user = await consoleUserFor(d.db, acct); } catch (e) {
+        if (e instanceof EmailTaken) throw new OpError(`the console email ${acct.email} belongs to another account's user`, 1);
+        throw e;
+      }
+      const link = await createSigninLink(d.db, user.id);
+      return { account_id: acct.id, email: user.email, url: `${d.baseUrl}/console/signin/${link.token}`, expires_at: link.expiresAt.toISOString() };
+    }
     case 'account show': {
-      const id = str(a, 'account_id')!;
-      const acct = await accountById(d.db, id);
-      if (!acct) throw new OpError(`no account ${id}`);
+      const acct = await findAccount(d.db, str(a, 'account_id')!);
+      const id = acct.id;
       const keys = await keysOfAccount(d.db, id);
       const spend = await keySpend(d.db, keys.map((k) => k.id));
       const sum = await d.db.query('SELECT coalesce(sum(amount_nd), 0)::bigint AS total FROM ledger WHERE account_id = $1', [id]);
@@ -80,8 +125,7 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       };
     }
     case 'key create': {
-      const accountId = str(a, 'account')!;
-      if (!(await accountById(d.db, accountId))) throw new OpError(`no account ${accountId}`);
+      const accountRef = str(a, 'account')!;
       const scopes = (str(a, 'scopes', false) ?? SCOPES.join(',')).split(',').map((x) => x.trim()).filter(Boolean);
       for (const sc of scopes) if (!SCOPES.includes(sc as Scope)) throw new OpError(`--scopes: unknown scope "${sc}" (use ${SCOPES.join(', ')})`);
       if (scopes.length === 0) throw new OpError('--scopes needs at least one scope');
@@ -89,6 +133,7 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       const period = str(a, 'period', false);
       if (period && period !== 'daily' && period !== 'monthly') throw new OpError(`--period must be daily or monthly, got "${period}"`);
       if (period && !limitText) throw new OpError('--period needs --spend-limit');
+      const accountId = (await findAccount(d.db, accountRef)).id;
       const { key, record } = await createKey(d.db, {
         accountId, label: str(a, 'label', false) ?? '', scopes: scopes as Scope[],
         spendLimit: limitText ? dollars(limitText, 'spend-limit') : null, spendLimitPeriod: (period as Period | undefined) ?? 'monthly',
@@ -98,14 +143,18 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       return { key, ...keyView(record) };
     }
     case 'key revoke': {
-      const prefix = str(a, 'prefix')!;
+      // The whole key (as a client holds it) or its 12-character prefix (as listings show it).
+      const given = str(a, 'prefix')!;
+      const whole = given.length > KEY_DISPLAY_PREFIX_LEN ? await keyByHash(d.db, hashKey(given)) : null;
+      if (given.length > KEY_DISPLAY_PREFIX_LEN && !whole) throw missing(`no key ${shownKey(given)}: give the whole key or its prefix (the first ${KEY_DISPLAY_PREFIX_LEN} characters)`);
+      const prefix = whole?.prefix ?? given;
       const rec = await revokeKey(d.db, prefix);
-      if (!rec) throw new OpError(`no key with prefix ${prefix}`);
+      if (!rec) throw missing(`no key with prefix ${prefix}: \`key list --account ACCOUNT\` shows an account's keys`);
       d.onKey?.(rec);
       return keyView(rec);
     }
     case 'key list': {
-      const id = str(a, 'account')!;
+      const id = (await findAccount(d.db, str(a, 'account')!)).id;
       const keys = await keysOfAccount(d.db, id);
       const spend = await keySpend(d.db, keys.map((k) => k.id));
       return { account_id: id, keys: keys.map((k) => keyView(k, spend.get(k.id))) };

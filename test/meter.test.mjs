@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SseMeter } from '../dist/meter/sse.js';
 import { ResponsesSseMeter } from '../dist/meter/responses-sse.js';
+import { JsonMeter } from '../dist/meter/json.js';
 
 const chunk = (delta, extra = {}) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta, logprobs: null, finish_reason: null }], ...extra })}\n\n`;
 const USAGE = { prompt_tokens: 7, completion_tokens: 4, total_tokens: 11 };
@@ -117,4 +118,66 @@ test('the Responses meter splits on CRLF too and keeps characters cut between re
   assert.equal(out, text);
   assert.deepEqual(m.reported, { input: 3, output: 2, reasoning: 0 });
   assert.ok(m.final && m.done);
+});
+
+// ---- the model's name: replies name Tollgate's id, not the upstream's ----------------------------------
+
+const UP = 'google/gemma-3-27b-it';
+const named = (model) => STREAM.split('\n\n').filter(Boolean)
+  .map((e) => (e.startsWith('data: {') ? e.replace('{"id":"c1",', `{"id":"c1","model":${JSON.stringify(model)},`) : e))
+  .map((e) => `${e}\n\n`).join('');
+
+test('a stream that names the upstream\'s model is forwarded naming ours, every other byte the same, at every read size', () => {
+  // Model text that looks like a model key stays as it was written.
+  const upstream = named(UP).replace('Héllo', 'Héllo \\"model\\":\\"google/gemma-3-27b-it\\"');
+  const ours = named('gemma-3-27b-it').replace('Héllo', 'Héllo \\"model\\":\\"google/gemma-3-27b-it\\"');
+  assert.notEqual(upstream, ours);
+  for (const cut of [1, 2, 3, 5, 7, 64, 100_000]) {
+    for (const opts of [{}, { stripUsageChunk: true }]) {
+      const { m, out } = run(upstream, { model: 'gemma-3-27b-it', ...opts }, cut);
+      assert.equal(out, opts.stripUsageChunk ? ours.replace(/data: \{[^\n]*"choices":\[\],[^\n]*\n\n/, '') : ours, `cut ${cut}`);
+      assert.equal(m.producedTokens(), 4, `cut ${cut}`);
+      assert.deepEqual(m.reported, { input: 7, output: 4, reasoning: 0 });
+    }
+  }
+  // Spaced JSON, CRLF, and a name with escapes are renamed in place too.
+  const spaced = 'data: {"id": "c1", "model" : "a\\/b", "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": null}]}\r\n\r\n';
+  assert.equal(run(spaced, { model: 'gemma' }, 3).out, spaced.replace('"a\\/b"', '"gemma"'));
+  // Running usage the client did not ask for is removed from a chunk that is renamed as well.
+  const cont = chunk({ content: 'a' }, { model: UP, usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } });
+  assert.equal(JSON.parse(run(cont, { model: 'gemma', stripChunkUsage: true }, 100_000).out.slice(6)).model, 'gemma');
+});
+
+test('a stream that already names our model is forwarded as the very bytes that came in', () => {
+  const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false, model: 'sim-chat' });
+  const b = Buffer.from(chunk({ content: 'x' }, { model: 'sim-chat' }) + chunk({ content: 'y' }, { model: 'sim-chat' }));
+  assert.equal(m.onData(b), b);
+});
+
+test('a buffered reply names our model at its top level only, its other bytes kept', () => {
+  const text = `{"id":"c1","object":"chat.completion","model":"${UP}","choices":[{"index":0,"message":{"role":"assistant","content":"the \\"model\\":\\"x\\""}}],`
+    + '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}';
+  const m = new JsonMeter({ promptTokens: () => 0, outputTokens: () => 0, model: 'gemma-3-27b-it' });
+  m.onData(Buffer.from(text));
+  assert.equal(m.onEnd(true).toString(), text.replace(`"model":"${UP}"`, '"model":"gemma-3-27b-it"'));
+  const same = new JsonMeter({ promptTokens: () => 0, outputTokens: () => 0, model: UP });
+  const buf = Buffer.from(text);
+  same.onData(buf);
+  assert.equal(same.onEnd(true), buf);
+});
+
+test('passed-through Responses events name our model on the Response, and leave a tool\'s own model alone', () => {
+  const ev = (type, body) => `event: ${type}\ndata: ${JSON.stringify({ type, ...body })}\n\n`;
+  const resp = (status) => ({ id: 'resp_1', model: UP, status, tools: [{ type: 'image_generation', model: 'gpt-image-1' }] });
+  const text = ev('response.created', { response: resp('in_progress') }) + ev('response.output_text.delta', { delta: '"model":"x"' })
+    + ev('response.completed', { response: { ...resp('completed'), usage: { input_tokens: 3, output_tokens: 1 } } });
+  for (const cut of [1, 4, 100_000]) {
+    const m = new ResponsesSseMeter(() => 0, 'gemma-3-27b-it');
+    const bytes = Buffer.from(text);
+    let out = '';
+    for (let i = 0; i < bytes.length; i += cut) out += m.onData(bytes.subarray(i, i + cut));
+    assert.equal(out, text.replaceAll(`"model":"${UP}"`, '"model":"gemma-3-27b-it"'), `cut ${cut}`);
+    assert.match(out, /"model":"gpt-image-1"/);
+    assert.ok(m.final);
+  }
 });

@@ -291,6 +291,70 @@ test('a streamed tool call arrives in OpenAI\'s shape and reassembles to the sam
   assert.equal(chunks.at(-1).usage.completion_tokens, fragments.length + countTokens('get_weather'));
 });
 
+/** A schema of the kind Structured Outputs sends (pydantic's, via the SDKs): $defs and $ref, enums, formats, bounds, nullables. */
+const EVENT_SCHEMA = {
+  type: 'object', additionalProperties: false, required: ['title', 'when', 'kind', 'attendees', 'rooms', 'priority', 'note'],
+  properties: {
+    title: { type: 'string', minLength: 12 },
+    when: { type: 'string', format: 'date-time' },
+    kind: { type: 'string', enum: ['meeting', 'call'] },
+    attendees: { type: 'array', minItems: 2, items: { $ref: '#/$defs/Person' } },
+    rooms: { type: 'array', maxItems: 0, items: { type: 'string' } },
+    priority: { type: 'integer', minimum: 20, maximum: 30 },
+    note: { anyOf: [{ type: 'string' }, { type: 'null' }] },
+  },
+  $defs: {
+    Person: { type: 'object', additionalProperties: false, required: ['name', 'age', 'id'],
+      properties: { name: { type: 'string' }, age: { type: 'number', exclusiveMinimum: 100 }, id: { type: 'string', format: 'uuid' } } },
+  },
+};
+
+function assertEvent(v) {
+  assert.deepEqual(Object.keys(v).sort(), EVENT_SCHEMA.required.slice().sort());
+  assert.ok(typeof v.title === 'string' && v.title.length >= 12, v.title);
+  assert.ok(!Number.isNaN(Date.parse(v.when)) && /T/.test(v.when), v.when);
+  assert.ok(['meeting', 'call'].includes(v.kind));
+  assert.ok(v.attendees.length >= 2);
+  for (const p of v.attendees) {
+    assert.deepEqual(Object.keys(p).sort(), ['age', 'id', 'name']);
+    assert.equal(typeof p.name, 'string');
+    assert.ok(p.age > 100);
+    assert.match(p.id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+  }
+  assert.deepEqual(v.rooms, []);
+  assert.ok(Number.isInteger(v.priority) && v.priority >= 20 && v.priority <= 30);
+  assert.equal(typeof v.note, 'string');
+}
+
+test('response_format json_schema answers with JSON that conforms to the schema, whole or streamed, and json_object with a JSON object', async (t) => {
+  const s = await sim(t);
+  const messages = [{ role: 'user', content: 'Plan a meeting.' }];
+  const response_format = { type: 'json_schema', json_schema: { name: 'event', strict: true, schema: EVENT_SCHEMA } };
+  const whole = await json(s, '/v1/chat/completions', { model: 'sim-chat', messages, response_format });
+  const content = whole.choices[0].message.content;
+  assertEvent(JSON.parse(content));
+  assert.equal(whole.choices[0].finish_reason, 'stop');
+  assert.equal(whole.usage.completion_tokens, countTokens(content), 'billed by the JSON text\'s tokens');
+  const chunks = await stream(s, '/v1/chat/completions', { model: 'sim-chat', messages, response_format });
+  assert.equal(chunks.map((c) => c.choices[0].delta.content ?? '').join(''), content, 'the stream carries the same JSON');
+  const reasoned = await json(s, '/v1/chat/completions', { model: 'sim-reasoner', messages, response_format });
+  assertEvent(JSON.parse(reasoned.choices[0].message.content));
+  const obj = await json(s, '/v1/chat/completions', { model: 'sim-chat', messages, response_format: { type: 'json_object' } });
+  const parsed = JSON.parse(obj.choices[0].message.content);
+  assert.ok(parsed && typeof parsed === 'object' && !Array.isArray(parsed));
+  const text = await json(s, '/v1/chat/completions', { model: 'sim-chat', messages, response_format: { type: 'text' } });
+  assert.throws(() => JSON.parse(text.choices[0].message.content));
+  // max_tokens cuts the JSON short, and says so.
+  const cut = await json(s, '/v1/chat/completions', { model: 'sim-chat', messages, response_format, max_tokens: 5 });
+  assert.equal(cut.choices[0].finish_reason, 'length');
+  assert.equal(cut.usage.completion_tokens, 5);
+  for (const [bad, param] of [[{ type: 'yaml' }, 'response_format.type'], [{ type: 'json_schema', json_schema: { schema: {} } }, 'response_format.json_schema.name'], ['json', 'response_format']]) {
+    const res = await post(s, '/v1/chat/completions', { model: 'sim-chat', messages, response_format: bad });
+    assert.equal(res.status, 400);
+    assert.equal((await res.json()).error.param, param);
+  }
+});
+
 test('a reasoning model thinks first, in reasoning_content, and counts those tokens inside completion_tokens', async (t) => {
   const s = await sim(t);
   const body = { model: 'sim-reasoner', messages: [{ role: 'user', content: 'Why is the sky blue?' }] };

@@ -32,6 +32,20 @@ main{max-width:1120px;margin:0 auto;padding:28px 24px 64px}
 .card-head{display:flex;justify-content:space-between;align-items:center;padding:16px 20px 12px}.card-head h2{margin:0}
 .grid{display:grid;gap:20px}.g2{grid-template-columns:repeat(2,minmax(0,1fr))}.g3{grid-template-columns:repeat(3,minmax(0,1fr))}
 @media (max-width:820px){.g2,.g3{grid-template-columns:1fr}.bar{gap:14px}.who .email{display:none}}
+.narrow-only{display:none}.narrow-only a{display:inline-block}
+@media (max-width:820px){.narrow-only{display:contents}}
+.scroll-x{overflow-x:auto;-webkit-overflow-scrolling:touch}
+@media (max-width:640px){
+.bar{flex-wrap:wrap;height:auto;padding:10px 16px 6px;row-gap:6px}
+.who{margin-left:auto;gap:12px}
+nav.main{order:3;flex:1 1 100%;margin:0 -10px;overflow-x:auto}
+nav.main a{white-space:nowrap}
+main{padding:20px 16px 48px}
+.head{flex-wrap:wrap}.card{padding:16px}.card-head{padding:14px 16px 10px;gap:10px;flex-wrap:wrap}
+.checks{flex-wrap:wrap;gap:8px 16px}
+.auth{margin:40px auto}.auth .card{padding:22px}
+th,td{padding:8px 10px}.scroll-x th,.scroll-x td{white-space:nowrap}
+}
 table{width:100%;border-collapse:collapse}
 th,td{padding:9px 14px;text-align:left;border-top:1px solid var(--border);vertical-align:middle}
 th{font-size:12px;font-weight:600;color:var(--muted);background:#fafbfc;text-transform:uppercase;letter-spacing:.03em;border-top:0;border-bottom:1px solid var(--border)}

@@ -14,12 +14,12 @@ export function csvRow(fields: string[]): string {
   return `${fields.join(',')}\r\n`;
 }
 
-export const LEDGER_HEADER = csvRow(['time', 'kind', 'amount_usd', 'reason', 'model', 'key_prefix', 'input_tokens', 'output_tokens']);
+export const LEDGER_HEADER = csvRow(['time', 'kind', 'amount_usd', 'reason', 'model', 'key_prefix', 'input_tokens', 'output_tokens', 'request_id']);
 
-/** One ledger entry; the amount is exact decimal dollars (credits positive, debits negative). */
+/** One ledger entry; the amount is exact decimal dollars (credits positive, debits negative); a debit names its request's `x-request-id`. */
 export function ledgerCsvRow(e: LedgerRow): string {
   return csvRow([
     e.at.toISOString(), e.kind, nanoToDecimal(e.amount), csvField(e.reason), csvField(e.model), csvField(e.keyPrefix),
-    csvField(e.inputTokens, false), csvField(e.outputTokens, false),
+    csvField(e.inputTokens, false), csvField(e.outputTokens, false), csvField(e.requestId),
   ]);
 }

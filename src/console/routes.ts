@@ -16,6 +16,7 @@ import { createKeyAction, editKeyAction, editKeyPage, keysPage, revokeKeyAction,
 import { balanceJson, billingHome, ledgerCsv, saveAutoTopup, saveCard, topUp } from './pages/billing.js';
 import { usagePage } from './pages/usage.js';
 import { accountHome, changePasswordAction, logoutEverywhere } from './pages/account.js';
+import { showSigninLink, useSigninLink } from './pages/signin.js';
 
 const FORM_LIMIT = 64 * 1024;
 
@@ -43,6 +44,17 @@ function open(s: Services, method: Method, path: string, name: string,
         session = await currentSession(s, ctx);
         await fn(ctx, input.body, session);
       } catch (e) { await renderError(s, ctx, e, session); }
+    },
+  };
+}
+
+/** A page for anyone that reads its path's parameters (a sign-in link). */
+function openWith(s: Services, method: Method, path: string, name: string,
+  fn: (ctx: Ctx, body: Buffer | null, params: Record<string, string>) => Promise<void>): Route {
+  return {
+    method, path, name, scope: 'public', bodyLimit: FORM_LIMIT,
+    handler: async (ctx, input: RouteInput) => {
+      try { await fn(ctx, input.body, input.params); } catch (e) { await renderError(s, ctx, e, null); }
     },
   };
 }
@@ -90,6 +102,8 @@ export function consoleRoutes(s: Services): Route[] {
     open(s, 'POST', '/console/login', 'console.login', (ctx, body) => login(s, ctx, body)),
     open(s, 'GET', '/console/signup', 'console.signup', (ctx, _b, session) => showSignup(s, ctx, session)),
     open(s, 'POST', '/console/signup', 'console.signup', (ctx, body) => signup(s, ctx, body)),
+    openWith(s, 'GET', '/console/signin/:token', 'console.signin_link', (ctx, _b, params) => showSigninLink(s, ctx, params.token!)),
+    openWith(s, 'POST', '/console/signin/:token', 'console.signin_link', (ctx, body, params) => useSigninLink(s, ctx, params.token!, body)),
     signedIn(s, 'POST', '/console/logout', 'console.logout', (r) => logout(s, r.ctx, r.session)),
     signedIn(s, 'POST', '/console/logout-everywhere', 'console.logout_everywhere', logoutEverywhere),
     signedIn(s, 'GET', '/console/account', 'console.account', accountHome),

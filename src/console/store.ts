@@ -39,6 +39,45 @@ export async function createUser(db: Db, email: string, passwordHash: string): P
   }
 }
 
+/** The password hash of a console user who has none yet (made for an account by the operator): no password matches it. */
+export const NO_PASSWORD = '!';
+
+export function hasPassword(u: ConsoleUser): boolean {
+  return u.passwordHash !== NO_PASSWORD;
+}
+
+/** The console user of an existing account, made (without a password) if it has none. */
+export async function consoleUserFor(db: Queryable, account: { id: string; email: string }): Promise<ConsoleUser> {
+  await db.query(
+    `INSERT INTO console_users (id, email, password_hash, account_id) VALUES ($1, lower($2), $3, $4) ON CONFLICT DO NOTHING`,
+    [`usr_${base62(16)}`, account.email, NO_PASSWORD, account.id]);
+  const res = await db.query('SELECT * FROM console_users WHERE account_id = $1', [account.id]);
+  if (!res.rows[0]) throw new EmailTaken(account.email); // the email belongs to another account's console user
+  return toUser(res.rows[0]);
+}
+
+export const SIGNIN_LINK_TTL_MS = 24 * 3600_000;
+
+/** A one-time sign-in token for a user (only its hash is stored). */
+export async function createSigninLink(db: Queryable, userId: string, ttlMs = SIGNIN_LINK_TTL_MS): Promise<{ token: string; expiresAt: Date }> {
+  const token = newToken();
+  const expiresAt = new Date(Date.now() + ttlMs);
+  await db.query('INSERT INTO console_signin_links (token_hash, user_id, expires_at) VALUES ($1, $2, $3)', [hashToken(token), userId, expiresAt]);
+  return { token, expiresAt };
+}
+
+/** The user a sign-in link is for, while it is unused and unexpired; `use` spends it (one statement: used once). */
+export async function signinLinkUser(db: Queryable, token: string, use: boolean): Promise<ConsoleUser | null> {
+  const res = use
+    ? await db.query(
+      `UPDATE console_signin_links l SET used_at = now() FROM console_users u
+        WHERE l.token_hash = $1 AND l.used_at IS NULL AND l.expires_at > now() AND u.id = l.user_id RETURNING u.*`, [hashToken(token)])
+    : await db.query(
+      `SELECT u.* FROM console_signin_links l JOIN console_users u ON u.id = l.user_id
+        WHERE l.token_hash = $1 AND l.used_at IS NULL AND l.expires_at > now()`, [hashToken(token)]);
+  return res.rows[0] ? toUser(res.rows[0]) : null;
+}
+
 export async function userByEmail(db: Queryable, email: string): Promise<ConsoleUser | null> {
   const res = await db.query('SELECT * FROM console_users WHERE email = $1', [email]);
   return res.rows[0] ? toUser(res.rows[0]) : null;
@@ -123,9 +162,11 @@ export interface LedgerRow {
   keyPrefix: string | null;
   inputTokens: number | null;
   outputTokens: number | null;
+  /** A debit's request (its `x-request-id`); null for credits. */
+  requestId: string | null;
 }
 
-const LEDGER_COLS = `l.id, l.created_at, l.kind, l.amount_nd, l.reason, l.model, k.prefix,
+const LEDGER_COLS = `l.id, l.created_at, l.kind, l.amount_nd, l.reason, l.model, k.prefix, l.idem_key,
   (l.usage->>'input_tokens')::bigint AS input_tokens, (l.usage->>'output_tokens')::bigint AS output_tokens`;
 
 function toLedger(r: Record<string, unknown>): LedgerRow {
@@ -134,6 +175,8 @@ function toLedger(r: Record<string, unknown>): LedgerRow {
     id: r.id as bigint, at: r.created_at as Date, kind: r.kind as 'credit' | 'debit', amount: r.amount_nd as bigint,
     reason: r.reason as string, model: (r.model as string | null) ?? null, keyPrefix: (r.prefix as string | null) ?? null,
     inputTokens: n(r.input_tokens), outputTokens: n(r.output_tokens),
+    // A debit's idempotency key is its request id; a request settled in parts adds `#n` to it.
+    requestId: r.kind === 'debit' ? (r.idem_key as string).split('#')[0]! : null,
   };
 }
 

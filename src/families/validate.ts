@@ -1,7 +1,9 @@
-// Parses a JSON body against a compiled TypeBox schema: 422 with the first bad field as `param` and a detail list.
+// Parses a JSON body (its content type, encoding and depth first) against a compiled TypeBox schema: 422 with the first bad field as `param`.
 import type { TSchema, Static } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
+import { isUtf8 } from 'node:buffer';
 import { GatewayError, type ValidationDetail } from '../errors.js';
+import { explain, paramOf } from './explain.js';
 
 export function compile<T extends TSchema>(schema: T): TypeCheck<T> {
   return TypeCompiler.Compile(schema);
@@ -27,7 +29,23 @@ export function jsonDepth(buf: Buffer, max = MAX_JSON_DEPTH): number {
   return deepest;
 }
 
-export function parseJson<T extends TSchema>(check: TypeCheck<T>, body: Buffer | null): Static<T> {
+/** A JSON route's content type: `application/json` or any `+json` type, with or without parameters. */
+const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
+
+/**
+ * The body of a JSON route, parsed and checked: a body without a JSON content type, not UTF-8, not
+ * JSON or nested too deeply is refused before anything else is done (nothing reaches an upstream or
+ * is billed); one the schema rejects is 422 naming the first bad field as `param`, with a `detail` list.
+ */
+export function parseJson<T extends TSchema>(check: TypeCheck<T>, body: Buffer | null, contentType: string | undefined): Static<T> {
+  if (!contentType || !JSON_TYPE.test(contentType)) {
+    throw new GatewayError({ status: 415, code: 'unsupported_media_type', message: contentType
+      ? `This route takes a JSON body: send \`Content-Type: application/json\` (got \`${shown(contentType)}\`).`
+      : 'This route takes a JSON body: send `Content-Type: application/json` (the request had no Content-Type).' });
+  }
+  if (body && !isUtf8(body)) {
+    throw new GatewayError({ status: 400, code: 'invalid_encoding', message: 'The request body is not valid UTF-8: JSON bodies must be UTF-8 text.' });
+  }
   if (body && jsonDepth(body) > MAX_JSON_DEPTH) {
     throw new GatewayError({ status: 400, code: 'invalid_json', message: `The request body nests objects or arrays deeper than ${MAX_JSON_DEPTH} levels.` });
   }
@@ -35,29 +53,43 @@ export function parseJson<T extends TSchema>(check: TypeCheck<T>, body: Buffer |
   try {
     value = JSON.parse(body && body.length > 0 ? body.toString('utf8') : '');
   } catch {
-    throw new GatewayError({ status: 400, code: 'invalid_json', message: 'The request body is not valid JSON.',
-      detail: undefined });
+    throw new GatewayError({ status: 400, code: 'invalid_json', message: 'The request body is not valid JSON.' });
   }
   if (check.Check(value)) return value;
   const detail: ValidationDetail[] = [];
   for (const e of check.Errors(value)) {
-    const loc: (string | number)[] = ['body', ...e.path.split('/').filter(Boolean).map((p) => (/^\d+$/.test(p) ? Number(p) : p))];
+    const path = e.path.split('/').filter(Boolean).map((p) => (/^\d+$/.test(p) ? Number(p) : p.replace(/~1/g, '/').replace(/~0/g, '~')));
+    const loc: (string | number)[] = ['body', ...path];
     if (detail.some((d) => d.loc.join('.') === loc.join('.'))) continue;
-    detail.push({ loc, msg: e.message, type: typeName(e.schema) });
+    detail.push({ loc, msg: explain(e, path), type: typeName(e.schema) });
     if (detail.length >= 20) break;
   }
   const first = detail[0];
-  const param = first ? first.loc.slice(1).join('.') || null : null;
   throw new GatewayError({
-    status: 422, code: 'validation_error', param,
-    message: first ? `Invalid request body: ${param ?? 'body'}: ${first.msg}.` : 'Invalid request body.',
+    status: 422, code: 'validation_error', param: first && first.loc.length > 1 ? paramOf(first.loc.slice(1)) : null,
+    message: first ? first.msg : 'Invalid request body.',
     detail,
   });
+}
+
+function shown(text: string): string {
+  return text.length > 60 ? `${text.slice(0, 60)}…` : text;
 }
 
 function typeName(s: TSchema): string {
   const t = (s as { type?: unknown }).type;
   return typeof t === 'string' ? `${t}_type` : 'value_error';
+}
+
+/** Throws 400 invalid_value naming `field` when the request asks for more output tokens than the model gives. */
+export function atMostOutput(req: Record<string, unknown>, fields: readonly string[], model: { id: string; maxOutputTokens: number }): void {
+  for (const f of fields) {
+    const v = req[f];
+    if (typeof v === 'number' && v > model.maxOutputTokens) {
+      throw new GatewayError({ status: 400, code: 'invalid_value', param: f,
+        message: `\`${f}\` is too large: ${v}. The model \`${model.id}\` produces at most ${model.maxOutputTokens} output tokens per request; ask for ${model.maxOutputTokens} or fewer.` });
+    }
+  }
 }
 
 /** Throws 400 unsupported_parameter for the first of `params` the request asks for (null and false ask for nothing). */

@@ -3,6 +3,7 @@ import type { Meter } from '../exchange/meter.js';
 import { usage, type Usage } from '../exchange/usage.js';
 import { upstreamMalformed } from '../proxy/upstream.js';
 import { readUsage } from './sse.js';
+import { nameModel } from './model-name.js';
 
 export interface JsonMeterOptions {
   /** Prompt tokens counted by Tollgate, for a reply without usage. */
@@ -11,6 +12,8 @@ export interface JsonMeterOptions {
   outputTokens(json: Record<string, unknown>): number;
   /** Re-shapes the reply for the client (Responses translation); the upstream's bytes otherwise. */
   reshape?(json: Record<string, unknown>): string;
+  /** The model id the reply names (Tollgate's): a top-level `model` that differs is replaced, the other bytes kept. */
+  model?: string;
 }
 
 export class JsonMeter implements Meter {
@@ -37,8 +40,9 @@ export class JsonMeter implements Meter {
     if (!complete) throw upstreamMalformed();
     const buf = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, this.size);
     let json: Record<string, unknown>;
+    const text = buf.toString('utf8');
     try {
-      const v = JSON.parse(buf.toString('utf8')) as unknown;
+      const v = JSON.parse(text) as unknown;
       if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error('not an object');
       json = v as Record<string, unknown>;
     } catch {
@@ -49,7 +53,9 @@ export class JsonMeter implements Meter {
     this.result = u
       ? usage({ inputTokens: u.input, outputTokens: u.output, reasoningTokens: u.reasoning, basis: 'exact' })
       : usage({ inputTokens: this.opts.promptTokens(), outputTokens: this.opts.outputTokens(json), basis: 'estimated' });
-    return this.opts.reshape ? this.opts.reshape(json) : buf;
+    if (this.opts.reshape) return this.opts.reshape(json);
+    const ours = this.opts.model;
+    return ours !== undefined && typeof json.model === 'string' && json.model !== ours ? nameModel(text, ['model'], JSON.stringify(ours)) : buf;
   }
 
   get produced(): boolean {

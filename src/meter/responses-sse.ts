@@ -2,6 +2,7 @@
 import type { Meter } from '../exchange/meter.js';
 import type { Usage } from '../exchange/usage.js';
 import { SSE_TYPE, SseEvents, readUsage, streamUsage, type StreamUsage } from './sse.js';
+import { nameModel } from './model-name.js';
 
 // Events that carry produced output: the fallback count of output tokens when the stream is cut.
 const OUTPUT_DELTAS = new Set(['response.output_text.delta', 'response.function_call_arguments.delta',
@@ -17,7 +18,12 @@ export class ResponsesSseMeter implements Meter {
   private deltas = 0;
   private readonly events = new SseEvents();
 
-  constructor(private readonly promptTokens: () => number = () => 0) {}
+  /** The model id as JSON text, when the Response objects in events must name it (not the upstream's name). */
+  private readonly ours: string | null;
+
+  constructor(private readonly promptTokens: () => number = () => 0, model?: string) {
+    this.ours = model === undefined ? null : JSON.stringify(model);
+  }
 
   onResponse(): { contentType: string } {
     return { contentType: SSE_TYPE };
@@ -35,12 +41,13 @@ export class ResponsesSseMeter implements Meter {
     return streamUsage(this.reported, this.final, this.done, this.producedTokens(), this.promptTokens);
   }
 
-  /** Feeds upstream bytes; returns them unchanged, whole events at a time. */
+  /** Feeds upstream bytes; returns them whole events at a time, unchanged but for the Response's `model`. */
   onData(chunk: Buffer): string {
     let out = '';
     for (const raw of this.events.push(chunk)) {
       this.event(raw);
-      out += raw;
+      const data = raw.indexOf('data:');
+      out += this.ours === null || data < 0 ? raw : nameModel(raw, ['response', 'model'], this.ours, data + 5);
     }
     return out;
   }

@@ -2,6 +2,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Meter } from '../exchange/meter.js';
 import { usage, type Usage } from '../exchange/usage.js';
+import { nameModel, valueAt } from './model-name.js';
 
 export interface StreamUsage { input: number; output: number; reasoning: number }
 
@@ -16,6 +17,8 @@ export interface SseMeterOptions {
   translate?: { start(): string; chunk(obj: Record<string, unknown>): string; done(): string };
   /** Prompt tokens when the upstream reports none (a stream cut before its usage): counted by Tollgate. */
   promptTokens?: () => number;
+  /** The model id replies name (Tollgate's, not the upstream's): each chunk's `model` is set to it, its other bytes kept. */
+  model?: string;
 }
 
 /**
@@ -42,7 +45,8 @@ const OUTPUT_KEYS = ['"content"', '"text"', '"reasoning_content"', '"arguments"'
  * 3,000 open streams, parsing every chunk was 6% of the gateway's busy CPU, and garbage for the GC). An
  * event with usage, several choices, or anything unusual is parsed whole. Events are split on blank
  * lines (LF or CRLF); bytes are decoded across chunk boundaries, so a character split between two
- * TCP reads survives; a chunk that is whole events, unchanged, is forwarded as the same bytes.
+ * TCP reads survives; a chunk that is whole events, unchanged, is forwarded as the same bytes. An
+ * event whose `model` is not the id Tollgate answers with (`opts.model`) has that one value replaced.
  */
 export class SseMeter implements Meter {
   readonly mode = 'stream';
@@ -56,8 +60,12 @@ export class SseMeter implements Meter {
   private deltas = 0;
   private started = false;
   private readonly events = new SseEvents();
+  /** `opts.model` as JSON text, or null when chunks keep the upstream's name. */
+  private readonly ours: string | null;
 
-  constructor(private readonly opts: SseMeterOptions) {}
+  constructor(private readonly opts: SseMeterOptions) {
+    this.ours = opts.model === undefined ? null : JSON.stringify(opts.model);
+  }
 
   onResponse(): { contentType: string } {
     return { contentType: SSE_TYPE };
@@ -111,9 +119,15 @@ export class SseMeter implements Meter {
     if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1
       && keyCount(raw, '"finish_reason"', from, to) === 1 && !hasUsage(raw, from, to)) {
       if (hasOutput(raw, from, to)) this.deltas++;
-      return raw;
+      return this.named(raw, from, to);
     }
-    return this.parsed(raw, raw.slice(from, to).trim());
+    const fwd = this.parsed(raw, raw.slice(from, to).trim());
+    return fwd === raw ? this.named(raw, from, to) : fwd;
+  }
+
+  /** The event with its `model` named as Tollgate names it: the same string when it already is. */
+  private named(raw: string, from: number, to: number): string {
+    return this.ours === null ? raw : nameModel(raw, ['model'], this.ours, from, to);
   }
 
   private parsed(raw: string, payload: string): string {
@@ -140,6 +154,7 @@ export class SseMeter implements Meter {
     if (translated !== undefined) return translated;
     if (usage && this.opts.stripChunkUsage) {
       obj.usage = null;
+      if (this.opts.model !== undefined && typeof obj.model === 'string') obj.model = this.opts.model;
       return `data: ${JSON.stringify(obj)}\n\n`;
     }
     return raw;
@@ -182,17 +197,6 @@ function eventEnd(s: string, from: number): number {
     if (next === 0x0d && s.charCodeAt(i + 2) === LF) return i + 3;
   }
   return -1;
-}
-
-const isSpace = (c: number) => c === 0x20 || c === 0x09 || c === 0x0d;
-
-/** Where the value of the key that ends just before `i` starts, or -1 when `i` is not followed by `:` (not a key). */
-function valueAt(s: string, i: number): number {
-  while (isSpace(s.charCodeAt(i))) i++;
-  if (s.charCodeAt(i) !== 0x3a) return -1;
-  i++;
-  while (isSpace(s.charCodeAt(i))) i++;
-  return i;
 }
 
 // In JSON text an unescaped quote only ever delimits a string, so a quoted name followed by a colon is an

@@ -23,7 +23,8 @@ export async function startAdminSocket(dataDir: string, deps: OpsDeps): Promise<
           res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: true, result: out }));
         } catch (e) {
           const message = e instanceof OpError ? e.message : `internal error: ${(e as Error).message}`;
-          res.writeHead(e instanceof OpError ? 400 : 500, { 'content-type': 'application/json' }).end(JSON.stringify({ ok: false, error: message }));
+          res.writeHead(e instanceof OpError ? 400 : 500, { 'content-type': 'application/json' })
+            .end(JSON.stringify({ ok: false, error: message, exit_code: e instanceof OpError ? e.exitCode : 1 }));
         }
       })();
     });
@@ -33,8 +34,10 @@ export async function startAdminSocket(dataDir: string, deps: OpsDeps): Promise<
   return server;
 }
 
+export interface AdminReply { ok: boolean; result?: Record<string, unknown>; error?: string; exit_code?: 1 | 2 }
+
 /** Sends one command to a running instance; null when none is listening on this data dir. */
-export function callAdmin(dataDir: string, command: string, args: OpArgs): Promise<{ ok: boolean; result?: Record<string, unknown>; error?: string } | null> {
+export function callAdmin(dataDir: string, command: string, args: OpArgs): Promise<AdminReply | null> {
   const path = adminSocketPath(dataDir);
   if (!existsSync(path)) return Promise.resolve(null);
   return new Promise((resolve) => {

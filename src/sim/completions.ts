@@ -1,6 +1,6 @@
 // POST /v1/chat/completions and /v1/completions: request checks, one generation per choice, non-streaming bodies.
 import { randomBytes } from 'node:crypto';
-import { choiceSeed, generate, logprobEntries, type Output } from './generate.js';
+import { choiceSeed, generate, logprobEntries, type JsonOutput, type Output } from './generate.js';
 import { SimError } from './http.js';
 import { chatPromptTokens, countTokens } from '../meter/tokens.js';
 
@@ -99,6 +99,25 @@ function pickTool(body: Obj): { name: string; parameters: unknown } | null {
   return f;
 }
 
+/** `response_format`: JSON conforming to `json_schema.schema`, any JSON object, or (text, absent) plain text. */
+function jsonFormat(body: Obj): JsonOutput | null {
+  const f = body.response_format;
+  if (f === undefined || f === null) return null;
+  if (typeof f !== 'object' || Array.isArray(f)) throw new SimError(400, "'response_format' must be an object.", 'response_format');
+  const type = (f as Obj).type;
+  if (type === 'text') return null;
+  if (type === 'json_object') return { kind: 'object' };
+  if (type !== 'json_schema') throw new SimError(400, "'response_format.type' must be text, json_object or json_schema.", 'response_format.type');
+  const js = (f as Obj).json_schema as Obj | null | undefined;
+  if (!js || typeof js !== 'object' || typeof js.name !== 'string' || js.name === '') {
+    throw new SimError(400, "'response_format.json_schema.name' is required.", 'response_format.json_schema.name');
+  }
+  if (js.schema !== undefined && (js.schema === null || typeof js.schema !== 'object')) {
+    throw new SimError(400, "'response_format.json_schema.schema' must be a JSON Schema object.", 'response_format.json_schema.schema');
+  }
+  return { kind: 'schema', schema: js.schema ?? { type: 'object' } };
+}
+
 export function chatJob(model: SimModel, body: Obj): Job {
   const messages = body.messages;
   if (!Array.isArray(messages) || messages.length === 0) throw new SimError(400, "'messages' is required and must be a non-empty array.", 'messages');
@@ -110,7 +129,7 @@ export function chatJob(model: SimModel, body: Obj): Job {
   let topLogprobs: number | null = null;
   if (body.logprobs === true) topLogprobs = int(body, 'top_logprobs', 0, 20) ?? 0;
   const flags = streamFlags(body);
-  const opts = { maxTokens, stops: stops(body), reasoning: Boolean(model.reasoning), tool: pickTool(body) };
+  const opts = { maxTokens, stops: stops(body), reasoning: Boolean(model.reasoning), tool: pickTool(body), json: jsonFormat(body) };
   const json = JSON.stringify(messages);
   const outputs: Output[] = [];
   for (let i = 0; i < n; i++) outputs.push(generate(choiceSeed(model.id, json, body.seed, i), opts));

@@ -1,5 +1,6 @@
 // The sim's deterministic "model": one choice's output (reasoning, content or a tool call), stop strings, max tokens, logprobs.
 import { countTokens, fnv1a, hex8, mulberry32, PUNCT, SPACED, tokenPieces, VOCAB } from './tokens.js';
+import { schemaValue } from './schema-value.js';
 
 type Obj = Record<string, unknown>;
 
@@ -34,7 +35,11 @@ export interface GenerateOptions {
   reasoning: boolean;
   /** The function to call, if the request asks for a tool call. */
   tool: { name: string; parameters: unknown } | null;
+  /** `response_format`: JSON that conforms to a schema, or any JSON object; null for text. */
+  json?: JsonOutput | null;
 }
+
+export type JsonOutput = { kind: 'schema'; schema: unknown } | { kind: 'object' };
 
 /** The choice seed: FNV-1a of model id, the prompt's JSON, the request seed and the choice index. */
 export function choiceSeed(modelId: string, promptJson: string, seed: unknown, index: number): number {
@@ -77,6 +82,16 @@ export function generate(seed: number, o: GenerateOptions): Output {
     }
     // max tokens leave no room even for the function name: fall through to a (length-capped) text answer
   }
+  if (o.json) {
+    // Structured output: the JSON text, one token per piece, cut (and so unparseable, finish "length") by max tokens.
+    const value = o.json.kind === 'schema' ? schemaValue(o.json.schema, seed) : { text: wordPieces(seed, 8 + (seed % 9)).join('') };
+    let pieces = tokenPieces(JSON.stringify(value));
+    let finish: Finish = pieces.length > room ? 'length' : 'stop';
+    if (finish === 'length') pieces = pieces.slice(0, Math.max(0, room));
+    const cut = stopCut(pieces, o.stops);
+    if (cut) { pieces = cut; finish = 'stop'; }
+    return { seed, reasoning, pieces, tool: null, finish, tokens: reasoningCount + pieces.length };
+  }
   const natural = 16 + (seed % 49);
   let pieces = wordPieces(seed, Math.max(0, Math.min(natural, room)));
   let finish: Finish = natural > room ? 'length' : 'stop';
@@ -112,35 +127,7 @@ function stopCut(pieces: string[], stops: readonly string[]): string[] | null {
 
 /** A JSON arguments string satisfying a function's `parameters` schema, deterministic from the seed. */
 export function argumentsFor(schema: unknown, seed: number): string {
-  const r = mulberry32(seed ^ 0x2545f491);
-  const word = () => VOCAB[(r() * VOCAB.length) | 0]!;
-  const value = (s: unknown, depth: number): unknown => {
-    if (!s || typeof s !== 'object' || depth > 6) return null;
-    const o = s as Obj;
-    if ('const' in o) return o.const;
-    if (Array.isArray(o.enum) && o.enum.length > 0) return o.enum[0];
-    for (const k of ['anyOf', 'oneOf', 'allOf'] as const) {
-      const alts = o[k];
-      if (Array.isArray(alts) && alts.length > 0) return value(alts.find((a) => (a as Obj | null)?.type !== 'null') ?? alts[0], depth + 1);
-    }
-    const type = Array.isArray(o.type) ? (o.type.find((t) => t !== 'null') ?? 'null') : o.type;
-    switch (type) {
-      case 'string': return word();
-      case 'number': case 'integer': return 1 + ((r() * 9) | 0);
-      case 'boolean': return true;
-      case 'null': return null;
-      case 'array': return [value(o.items ?? { type: 'string' }, depth + 1)];
-      default: {
-        const props = o.properties && typeof o.properties === 'object' ? (o.properties as Obj) : {};
-        const out: Obj = {};
-        for (const [k, v] of Object.entries(props)) out[k] = value(v, depth + 1);
-        if (Array.isArray(o.required)) for (const k of o.required) if (typeof k === 'string' && !(k in out)) out[k] = word();
-        if (type === undefined && Object.keys(out).length === 0 && !o.properties && depth > 0) return word();
-        return out;
-      }
-    }
-  };
-  const v = value(schema ?? { type: 'object' }, 0);
+  const v = schemaValue(schema ?? { type: 'object' }, seed);
   return JSON.stringify(v && typeof v === 'object' && !Array.isArray(v) ? v : {});
 }
 

@@ -31,6 +31,20 @@ export async function accountByEmail(db: Queryable, email: string): Promise<Acco
   return res.rows[0] ? toAccount(res.rows[0]) : null;
 }
 
+/** An email as people type it: the console keeps emails lower-cased, the CLI as given. */
+export async function accountByEmailAnyCase(db: Queryable, email: string): Promise<AccountRecord | null> {
+  const res = await db.query('SELECT * FROM accounts WHERE lower(email) = lower($1) ORDER BY created_at LIMIT 1', [email]);
+  return res.rows[0] ? toAccount(res.rows[0]) : null;
+}
+
+/** Accounts in the order they were made, with their key count; `email` narrows to emails containing it (any case). */
+export async function listAccounts(db: Queryable, email: string | null, limit: number): Promise<(AccountRecord & { keys: number })[]> {
+  const res = await db.query(
+    `SELECT a.*, (SELECT count(*)::int FROM api_keys k WHERE k.account_id = a.id) AS keys FROM accounts a
+      WHERE $1::text IS NULL OR strpos(lower(a.email), lower($1)) > 0 ORDER BY a.created_at, a.id LIMIT $2`, [email, limit]);
+  return res.rows.map((r) => ({ ...toAccount(r), keys: r.keys as number }));
+}
+
 export async function accountsChangedSince(db: Queryable, version: bigint): Promise<AccountRecord[]> {
   const res = await db.query(
     `SELECT * FROM accounts WHERE version > $1 OR updated_at > clock_timestamp() - interval '2 seconds'`, [version]);

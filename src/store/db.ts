@@ -59,6 +59,11 @@ export async function openPostgres(url: string, poolSize: number): Promise<Db> {
   return db;
 }
 
+/** An embedded store was made in this data dir already (openPglite would open it rather than create one). */
+export function embeddedStoreExists(dataDir: string): boolean {
+  return existsSync(join(dataDir, 'pg', 'PG_VERSION'));
+}
+
 /**
  * Embedded PGlite in `dataDir/pg`, served on a unix socket inside the data dir so that `pg` speaks
  * to it like to any PostgreSQL. PGlite is single-session, so the pool holds one connection and

@@ -208,3 +208,83 @@ test('a person signs up, creates a key, tops up, sees usage and revokes the key 
 
   await assertInvariants(assert, gw, accountId);
 });
+
+/** What sticks out sideways on the page: the page's own scroll width, and any element past the viewport's edges that no scrolling box holds. */
+function overflow(page, vw) {
+  return page.evaluate((vw) => {
+    const out = [];
+    if (window.innerWidth !== vw) out.push(`the viewport is ${window.innerWidth} px wide, not ${vw}`);
+    const width = document.scrollingElement.scrollWidth;
+    if (width > vw) out.push(`the page is ${width} px wide`);
+    const inScroller = (el) => {
+      for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+        const o = window.getComputedStyle(p).overflowX;
+        if (o === 'auto' || o === 'scroll') return true;
+      }
+      return false;
+    };
+    for (const el of document.querySelectorAll('body *')) {
+      const r = el.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0 || inScroller(el)) continue;
+      if (r.right > vw + 0.5 || r.left < -0.5) {
+        out.push(`<${el.tagName.toLowerCase()}${el.className && typeof el.className === 'string' ? ` class="${el.className}"` : ''}> spans ${Math.round(r.left)}..${Math.round(r.right)}: ${(el.textContent ?? '').trim().slice(0, 40)}`);
+      }
+    }
+    return out;
+  }, vw);
+}
+
+test('every console page fits a 390-pixel-wide phone screen: nothing sticks out sideways, tables scroll inside their cards', async (t) => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const gw = await startGateway(t, { embedded: true });
+  const browser = await launch(t);
+  // Not isMobile: a mobile viewport zooms out to fit what overflows, which would hide the overflow from the check.
+  const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2 });
+  const page = await context.newPage();
+  const check = async (name) => {
+    await page.screenshot({ path: join(ARTIFACTS, `console-390-${name}.png`), fullPage: true });
+    assert.deepEqual(await overflow(page, 390), [], `${name} at 390 px`);
+  };
+
+  await page.goto(`${gw.url}/console/login`);
+  await check('login');
+  await page.goto(`${gw.url}/console/signup`);
+  await check('signup');
+  const email = `phone-with-a-long-address-${randomBytes(4).toString('hex')}@example.com`;
+  await page.fill('#email', email);
+  await page.fill('#password', 'correct horse battery');
+  await Promise.all([page.waitForURL('**/console/keys?done=welcome'), page.getByRole('button', { name: 'Create account' }).click()]);
+  await check('keys-empty');
+  await page.fill('#label', 'a phone key with a rather long label');
+  await page.getByRole('button', { name: 'Create key' }).last().click();
+  await page.waitForSelector('#new-key');
+  await check('key-created');
+  const key = await page.inputValue('#new-key');
+  const prefix = key.slice(0, 12);
+  const account = await gw.cli('account', 'list', '--email', email);
+  await gw.cli('account', 'credit', account.accounts[0].account_id, '--amount', '5');
+  for (let i = 0; i < 40 && (await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json()).balance === 0; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.equal((await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() })).status, 200);
+
+  // Every section is reachable from the header, the account page included, and "Log out" is on screen.
+  await page.goto(`${gw.url}/console/keys`);
+  await check('keys');
+  for (const [name, path] of [['Usage', '/console/usage'], ['Billing', '/console/billing'], ['Account', '/console/account'], ['API keys', '/console/keys']]) {
+    await page.getByRole('navigation').getByRole('link', { name, exact: true }).click();
+    await page.waitForURL(`**${path}`);
+    await check(name.toLowerCase().replace(' ', '-'));
+  }
+  const logout = await page.getByRole('button', { name: 'Log out', exact: true }).boundingBox();
+  assert.ok(logout && logout.x >= 0 && logout.x + logout.width <= 390, `Log out is on screen: ${JSON.stringify(logout)}`);
+  await page.goto(`${gw.url}/console/keys/${prefix}`);
+  await check('key-edit');
+  await page.goto(`${gw.url}/console/keys/${prefix}/revoke`);
+  await check('key-revoke');
+  await page.goto(`${gw.url}/console/keys/svc_live_nope`);
+  await check('not-found');
+  // The keys table is wider than a phone: it scrolls inside its card rather than stretching the page.
+  await page.goto(`${gw.url}/console/keys`);
+  const scroller = await page.locator('table').first().evaluate((t) => { const p = t.parentElement; return { box: p.clientWidth, content: p.scrollWidth, overflow: window.getComputedStyle(p).overflowX }; });
+  assert.equal(scroller.overflow, 'auto');
+  assert.ok(scroller.box <= 390, JSON.stringify(scroller));
+});

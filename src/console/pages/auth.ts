@@ -6,7 +6,7 @@ import { barePage, csrfField, notice } from '../layout.js';
 import { parseForm, query, redirect, sendHtml } from '../http.js';
 import { burnVerify, hashPassword, verifyPassword } from '../hash.js';
 import { MAX_PASSWORD, MIN_PASSWORD, PASSWORD_HINT, passwordProblem } from '../password.js';
-import { createSession, createUser, deleteSession, EmailTaken, userByEmail, type ConsoleUser, type Session } from '../store.js';
+import { createSession, createUser, deleteSession, EmailTaken, hasPassword, userByEmail, type ConsoleUser, type Session } from '../store.js';
 import { checkPreCsrf, clearSessionCookie, preToken, safeNext, sessionCookie } from '../session.js';
 import { addressBucket, admit } from '../throttle.js';
 import { deviceCookie, knownDevice } from '../device.js';
@@ -76,7 +76,8 @@ export async function login(s: Services, ctx: Ctx, body: Buffer | null): Promise
   const counted = await admit(s, 'login', [addressBucket('login', ctx.remoteAddress),
     user && device ? `login:device:${user.id}:${device}` : `login:acct:${email}`]);
   let ok = false;
-  if (user) ok = await verifyPassword(password, user.passwordHash);
+  // A user without a password (made for an account by the operator) signs in with a one-time link only.
+  if (user && hasPassword(user)) ok = await verifyPassword(password, user.passwordHash);
   else await burnVerify(password.slice(0, MAX_PASSWORD));
   if (!user || !ok) {
     sendForm(s, ctx, 401, (csrf) => loginForm(csrf, { email, next, error: 'That email and password do not match an account.' }));

@@ -47,10 +47,10 @@ function paidNotice(sessionId: string, cleared: bigint | null): Html {
 
 export function ledgerTable(rows: LedgerRow[]): Html {
   if (rows.length === 0) return html`<div class="empty">No ledger entries yet.</div>`;
-  return html`<table><thead><tr><th>Time</th><th>Kind</th><th class="num">Amount</th><th>Reason</th><th>Model</th><th>Key</th></tr></thead><tbody>
+  return html`<div class="scroll-x"><table><thead><tr><th>Time</th><th>Kind</th><th class="num">Amount</th><th>Reason</th><th>Model</th><th>Key</th></tr></thead><tbody>
 ${rows.map((e) => html`<tr><td class="small">${utc(e.at, true)}</td><td><span class="tag ${e.kind === 'credit' ? 'ok' : ''}">${e.kind}</span></td>
 <td class="num">${usd(e.amount, { plus: true })}</td><td>${e.reason}</td><td>${e.model ?? html`<span class="faint">—</span>`}</td>
-<td>${e.keyPrefix ? html`<code>${e.keyPrefix}…</code>` : html`<span class="faint">—</span>`}</td></tr>`)}</tbody></table>`;
+<td>${e.keyPrefix ? html`<code>${e.keyPrefix}…</code>` : html`<span class="faint">—</span>`}</td></tr>`)}</tbody></table></div>`;
 }
 
 async function billingPage(r: Req, f: Form = {}, status = 200): Promise<void> {

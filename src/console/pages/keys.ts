@@ -41,8 +41,8 @@ async function keysTable(r: Req): Promise<Html> {
 <td class="label">${k.label || html`<span class="faint">—</span>`}</td><td>${k.scopes.map((sc) => html`<span class="tag">${sc}</span>`)}</td>
 <td>${limitsCell(k, d)}</td><td class="num">${usd(sp.day)}</td><td class="num">${usd(sp.month)}</td><td>${status}</td><td class="actions">${actions}</td></tr>`;
   });
-  return html`<table><thead><tr><th>Key</th><th>Label</th><th>Scopes</th><th>Limits</th><th class="num">Today</th><th class="num">This month</th><th>Status</th><th></th></tr></thead>
-<tbody>${rows}</tbody></table>`;
+  return html`<div class="scroll-x"><table><thead><tr><th>Key</th><th>Label</th><th>Scopes</th><th>Limits</th><th class="num">Today</th><th class="num">This month</th><th>Status</th><th></th></tr></thead>
+<tbody>${rows}</tbody></table></div>`;
 }
 
 async function listPage(r: Req, fields: KeyFields, error: string | null, status = 200): Promise<void> {

@@ -35,9 +35,9 @@ function units(e: LedgerRow): Html {
 
 function recentTable(rows: LedgerRow[]): Html {
   if (rows.length === 0) return html`<div class="empty">No billed requests yet. Requests appear here as soon as they are settled.</div>`;
-  return html`<table id="recent"><thead><tr><th>Time</th><th>Key</th><th>Product</th><th>Model</th><th class="num">Tokens</th><th class="num">Cost</th></tr></thead><tbody>
+  return html`<div class="scroll-x"><table id="recent"><thead><tr><th>Time</th><th>Key</th><th>Product</th><th>Model</th><th class="num">Tokens</th><th class="num">Cost</th></tr></thead><tbody>
 ${rows.map((e) => html`<tr><td class="small">${utc(e.at, true)}</td><td>${e.keyPrefix ? html`<code>${e.keyPrefix}…</code>` : html`<span class="faint">—</span>`}</td>
-<td>${e.reason}</td><td>${e.model ?? '—'}</td><td class="num small">${units(e)}</td><td class="num">${usd(-e.amount)}</td></tr>`)}</tbody></table>`;
+<td>${e.reason}</td><td>${e.model ?? '—'}</td><td class="num small">${units(e)}</td><td class="num">${usd(-e.amount)}</td></tr>`)}</tbody></table></div>`;
 }
 
 function chartCard(id: string, title: string, days: string[], series: Series[]): Html {

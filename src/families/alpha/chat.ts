@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { chatPromptTokens, choicesTokens } from '../../meter/tokens.js';
-import { unsupported, parseJson, rejectAsked } from '../validate.js';
+import { atMostOutput, unsupported, parseJson, rejectAsked } from '../validate.js';
 import { checkChat, CHAT_REJECTED } from './schemas.js';
 import { textExchange } from './metered.js';
 
@@ -10,10 +10,11 @@ export function chatRoutes(s: Services): Route[] {
   return [{
     method: 'POST', path: '/v1/chat/completions', name: 'chat.completions', scope: 'llm', metered: true,
     handler: async (ctx, { body }) => {
-      const req = parseJson(checkChat, body);
+      const req = parseJson(checkChat, body, ctx.headers['content-type']);
       rejectChatParams(req);
       const model = s.models.resolve(req.model, 'chat');
-      const maxOut = Math.min(req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens, model.maxOutputTokens);
+      atMostOutput(req, ['max_completion_tokens', 'max_tokens'], model);
+      const maxOut = req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens;
       await textExchange(s, ctx, {
         model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1),
         promptTokens: () => chatPromptTokens(req.messages),

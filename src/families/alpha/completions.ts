@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { choicesTokens, promptTokens } from '../../meter/tokens.js';
-import { parseJson } from '../validate.js';
+import { atMostOutput, parseJson } from '../validate.js';
 import { checkCompletion, checkEmbedding } from './schemas.js';
 import { textExchange } from './metered.js';
 
@@ -11,8 +11,9 @@ export function completionRoutes(s: Services): Route[] {
     {
       method: 'POST', path: '/v1/completions', name: 'completions', scope: 'llm', metered: true,
       handler: async (ctx, { body }) => {
-        const req = parseJson(checkCompletion, body);
+        const req = parseJson(checkCompletion, body, ctx.headers['content-type']);
         const model = s.models.resolve(req.model, 'chat');
+        atMostOutput(req, ['max_tokens'], model);
         const prompts = Array.isArray(req.prompt) && (typeof req.prompt[0] === 'string' || Array.isArray(req.prompt[0])) ? req.prompt.length : 1;
         const perChoice = Math.min(req.max_tokens ?? 16, model.maxOutputTokens);
         await textExchange(s, ctx, {
@@ -26,7 +27,7 @@ export function completionRoutes(s: Services): Route[] {
     {
       method: 'POST', path: '/v1/embeddings', name: 'embeddings', scope: 'llm', metered: true,
       handler: async (ctx, { body }) => {
-        const req = parseJson(checkEmbedding, body);
+        const req = parseJson(checkEmbedding, body, ctx.headers['content-type']);
         const model = s.models.resolve(req.model, 'embedding');
         await textExchange(s, ctx, {
           model, body: body!, parsed: req, upstreamPath: '/v1/embeddings', maxOutputTokens: 0,

@@ -38,11 +38,13 @@ export async function textExchange(s: Services, ctx: Ctx, x: TextExchange): Prom
   const clientWantsUsage = stream && (x.parsed.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
   const up = s.upstreams.config(x.model.upstream);
   let meter: Meter;
-  if (!stream) meter = new JsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, reshape: x.reshape?.json });
-  else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens);
+  // Replies name the model by its Tollgate id (an alias answers with its model's id), never the upstream's name.
+  const model = x.model.id;
+  if (!stream) meter = new JsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, reshape: x.reshape?.json, model });
+  else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens, model);
   else {
     meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: up.continuousUsage && !x.upstreamBody,
-      translate: x.reshape?.stream(), promptTokens: x.promptTokens });
+      translate: x.reshape?.stream(), promptTokens: x.promptTokens, model });
   }
   let call;
   try {

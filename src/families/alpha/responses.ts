@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
-import { compile, parseJson, rejectAsked } from '../validate.js';
+import { atMostOutput, compile, parseJson, rejectAsked } from '../validate.js';
 import { textExchange } from './metered.js';
 import { chatPromptTokens, choicesTokens, countTokens } from '../../meter/tokens.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
@@ -22,10 +22,11 @@ export function responsesRoutes(s: Services): Route[] {
   return [{
     method: 'POST', path: '/v1/responses', name: 'responses', scope: 'llm', metered: true,
     handler: async (ctx, { body }) => {
-      const req = parseJson(check, body) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
+      const req = parseJson(check, body, ctx.headers['content-type']) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
       rejectAsked(req, RESPONSES_REJECTED);
       const model = s.models.resolve(req.model, 'chat');
-      const maxOut = Math.min(req.max_output_tokens ?? model.maxOutputTokens, model.maxOutputTokens);
+      atMostOutput(req, ['max_output_tokens'], model);
+      const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
       if (s.upstreams.config(model.upstream).responsesApi) {
         // The host serves the Responses API itself: pass through (renaming the model only), metered
         // from its own Responses events and usage.

@@ -2,11 +2,22 @@
 import { Type } from '@sinclair/typebox';
 import { compile } from '../validate.js';
 
-const Message = Type.Object({ role: Type.String({ minLength: 1 }) }, { additionalProperties: true });
+/** The roles OpenAI's chat schema takes (`function` is its deprecated one). */
+export const ROLES = ['system', 'developer', 'user', 'assistant', 'tool', 'function'] as const;
+
+// Content is text or a list of typed parts (text, image_url, input_audio, file…); null only beside tool calls.
+const Content = Type.Union([
+  Type.String(), Type.Array(Type.Object({ type: Type.String({ minLength: 1 }) }, { additionalProperties: true })), Type.Null(),
+], { expected: 'a string or an array of content parts (objects with a `type`, like {"type": "text", "text": "…"})' });
+
+const Message = Type.Object({
+  role: Type.Union(ROLES.map((r) => Type.Literal(r))),
+  content: Type.Optional(Content),
+}, { additionalProperties: true, expected: 'a message object with a `role` and `content`' });
 
 export const ChatRequest = Type.Object({
   model: Type.String({ minLength: 1 }),
-  messages: Type.Array(Message, { minItems: 1 }),
+  messages: Type.Array(Message, { minItems: 1, expected: 'a non-empty array of messages' }),
   stream: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),
   stream_options: Type.Optional(Type.Union([Type.Null(), Type.Object({
     include_usage: Type.Optional(Type.Union([Type.Boolean(), Type.Null()])),

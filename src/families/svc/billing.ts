@@ -26,14 +26,14 @@ export function billingRoutes(s: Services): Route[] {
     {
       method: 'POST', path: '/v1/billing/checkout', name: 'svc.billing.checkout', scope: 'any',
       handler: async (ctx, { body }) => {
-        const req = parseJson(Checkout, body);
+        const req = parseJson(Checkout, body, ctx.headers['content-type']);
         ctx.json(200, await payments(s).checkout(ctx.key!.accountId, dollarsToNano(req.amount), req.return_url, requestBase(s, ctx.headers.host)));
       },
     },
     {
       method: 'POST', path: '/v1/billing/card', name: 'svc.billing.card', scope: 'any',
       handler: async (ctx, { body }) => {
-        const req = body && body.length > 0 ? parseJson(Card, body) : {};
+        const req = body && body.length > 0 ? parseJson(Card, body, ctx.headers['content-type']) : {};
         ctx.json(200, await payments(s).setupCard(ctx.key!.accountId, req.return_url, requestBase(s, ctx.headers.host)));
       },
     },

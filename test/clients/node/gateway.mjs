@@ -2,7 +2,7 @@
 // port 0) for the official-client suites, the operator CLI against the same store, and exact
 // nanodollar billing checks read from GET /svc/v1/key.
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -21,6 +21,8 @@ const PRICES = {
   'tollgate-27b': [300_000_000n, 2_500_000_000n],
   'sim-reasoner': [300_000_000n, 2_500_000_000n],
   'sim-embed': [20_000_000n, 0n],
+  'gemma-3-27b-it': [300_000_000n, 2_500_000_000n],
+  'bge-m3': [20_000_000n, 0n],
 };
 
 /** What the gateway must debit: one ceil over the whole request, in integer nanodollars. */
@@ -46,11 +48,28 @@ export function dollarsToNano(text) {
   return sign ? -n : n;
 }
 
-export async function startGateway() {
+/**
+ * Models offered under other names than the ones `sim` serves them by (as the example config's gemma and
+ * bge-m3 are), and an alias: replies must name the id the client asked for, or the alias's model's id.
+ */
+export const RENAMED_MODELS = [
+  { id: 'gemma-3-27b-it', upstream: 'sim', upstream_model: 'sim-chat', aliases: ['gemma-27b'], kind: 'chat',
+    input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
+  { id: 'bge-m3', upstream: 'sim', upstream_model: 'sim-embed', kind: 'embedding', input_per_mtok: '0.02', max_output_tokens: 1 },
+];
+
+/** The embedded default; or, given `models`, a config file serving them from an in-process `sim`. */
+export async function startGateway({ models } = {}) {
   if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build the gateway first (npm run build)`);
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-nodeclient-'));
   const env = { ...process.env, TOLLGATE_LOG_REQUESTS: '0' };
-  const proc = spawn(process.execPath, [CLI, 'serve', '--data-dir', dir, '--listen', '127.0.0.1:0'],
+  const configArgs = [];
+  if (models) {
+    const path = join(dir, 'config.json');
+    writeFileSync(path, JSON.stringify({ upstreams: { sim: { sim: {} } }, models, payments: { provider: 'sandbox', allow_sandbox: true } }));
+    configArgs.push('--config', path);
+  }
+  const proc = spawn(process.execPath, [CLI, 'serve', '--data-dir', dir, '--listen', '127.0.0.1:0', ...configArgs],
     { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   proc.stderr.on('data', (d) => { out += d; });
@@ -78,7 +97,7 @@ export async function startGateway() {
     url,
     dir,
     async cli(...args) {
-      const { stdout } = await run(process.execPath, [CLI, ...args, '--json', '--data-dir', dir], { env });
+      const { stdout } = await run(process.execPath, [CLI, ...args, '--json', '--data-dir', dir, ...configArgs], { env });
       return JSON.parse(stdout);
     },
     /** A fresh account with `credit` dollars and one key: {accountId, key, prefix}. */

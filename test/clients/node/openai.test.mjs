@@ -406,6 +406,30 @@ test('a malformed body is an UnprocessableEntityError naming the bad field', asy
   await assertNotDebited(key, before);
 });
 
+test('a wrong value is an UnprocessableEntityError that names the field, the range and the value sent', async () => {
+  const { key, client } = await fresh();
+  const before = await gw.balance(key);
+  await assert.rejects(client.chat.completions.create({ model: 'sim-chat', messages: HELLO, temperature: 5 }), (err) => {
+    assert.ok(err instanceof OpenAI.UnprocessableEntityError, `got ${err?.constructor?.name}`);
+    assert.equal(err.param, 'temperature');
+    assert.equal(err.error.message, '`temperature` must be a number from 0 to 2; got 5.');
+    return true;
+  });
+  await assert.rejects(client.chat.completions.create({ model: 'sim-chat', messages: [{ role: 'robot', content: 'hi' }] }), (err) => {
+    assert.ok(err instanceof OpenAI.UnprocessableEntityError);
+    assert.equal(err.param, 'messages[0].role');
+    return true;
+  });
+  await assert.rejects(client.chat.completions.create({ model: 'sim-chat', messages: HELLO, max_completion_tokens: 100_000 }), (err) => {
+    assert.ok(err instanceof OpenAI.BadRequestError, `got ${err?.constructor?.name}`);
+    assert.equal(err.code, 'invalid_value');
+    assert.equal(err.param, 'max_completion_tokens');
+    assert.match(err.error.message, /at most 4096 output tokens/);
+    return true;
+  });
+  await assertNotDebited(key, before);
+});
+
 test('an unknown model is a NotFoundError that suggests the closest model', async () => {
   const { key, client } = await fresh();
   const before = await gw.balance(key);

@@ -34,6 +34,8 @@ PRICES = {
     "tollgate-27b": (300_000_000, 2_500_000_000),
     "sim-reasoner": (300_000_000, 2_500_000_000),
     "sim-embed": (20_000_000, 0),
+    "gemma-3-27b-it": (300_000_000, 2_500_000_000),
+    "bge-m3": (20_000_000, 0),
 }
 
 
@@ -51,12 +53,31 @@ class Account:
     prefix: str
 
 
+# Models offered under other names than the ones `sim` serves them by (as the example config's gemma and
+# bge-m3 are), and an alias: replies must name the id the client asked for, or the alias's model's id.
+RENAMED_MODELS = [
+    {"id": "gemma-3-27b-it", "upstream": "sim", "upstream_model": "sim-chat", "aliases": ["gemma-27b"], "kind": "chat",
+     "input_per_mtok": "0.30", "output_per_mtok": "2.50", "max_output_tokens": 4096},
+    {"id": "bge-m3", "upstream": "sim", "upstream_model": "sim-embed", "kind": "embedding",
+     "input_per_mtok": "0.02", "max_output_tokens": 1},
+]
+
+
 class Gateway:
-    def __init__(self) -> None:
+    def __init__(self, models: list[dict[str, Any]] | None = None) -> None:
+        """The embedded default; or, given `models`, a config file serving them from an in-process `sim`."""
         self.data_dir = tempfile.mkdtemp(prefix="tollgate-pyclient-")
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
         self.output: list[str] = []
+        self.config_args: list[str] = []
+        if models is not None:
+            path = Path(self.data_dir) / "config.json"
+            path.write_text(json.dumps({
+                "upstreams": {"sim": {"sim": {}}}, "models": models,
+                "payments": {"provider": "sandbox", "allow_sandbox": True},
+            }))
+            self.config_args = ["--config", str(path)]
 
     # ---- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Gateway":
@@ -64,7 +85,7 @@ class Gateway:
             raise RuntimeError(f"{CLI} is missing: build the gateway first (npm run build)")
         env = {**os.environ, "TOLLGATE_LOG_REQUESTS": "0"}
         self.proc = subprocess.Popen(
-            [NODE, str(CLI), "serve", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0"],
+            [NODE, str(CLI), "serve", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0", *self.config_args],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, env=env,
         )
@@ -106,7 +127,7 @@ class Gateway:
     # ---- operator CLI ----------------------------------------------------------------------------
     def cli(self, *args: str) -> dict[str, Any]:
         done = subprocess.run(
-            [NODE, str(CLI), *args, "--json", "--data-dir", self.data_dir],
+            [NODE, str(CLI), *args, "--json", "--data-dir", self.data_dir, *self.config_args],
             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
         )
         if done.returncode != 0:

@@ -78,6 +78,49 @@ def test_a_malformed_body_is_a_422_naming_the_bad_field(gateway, account, client
     gateway.assert_not_debited(account.key, before, settle_wait=0)
 
 
+
+@pytest.mark.parametrize(("kwargs", "param", "message"), [
+    pytest.param({"temperature": 5}, "temperature", "`temperature` must be a number from 0 to 2; got 5.", id="temperature"),
+    pytest.param({"n": 0}, "n", "`n` must be an integer from 1 to 128; got 0.", id="n"),
+    pytest.param({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role",
+                 "`messages[0].role` must be one of `system`, `developer`, `user`, `assistant`, `tool`, `function`; got \"robot\".",
+                 id="role"),
+])
+def test_a_wrong_value_is_a_422_that_says_what_to_fix(gateway, account, client, spec, kwargs, param, message):
+    before = gateway.balance(account.key)
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.chat.completions.create(**{"model": "sim-chat", "messages": HELLO, **kwargs})
+    err = caught.value
+    assert err.param == param
+    assert err.code == "validation_error"
+    assert err.body["message"] == message
+    body = err.response.json()
+    spec.assert_valid("ErrorResponse", body)
+    assert body["detail"][0]["msg"] == message
+    gateway.assert_not_debited(account.key, before, settle_wait=0)
+
+
+def test_content_that_is_neither_text_nor_parts_is_refused_naming_it(gateway, account, client):
+    before = gateway.balance(account.key)
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        client.chat.completions.create(model="sim-chat", messages=[{"role": "user", "content": {"text": "hi"}}])
+    assert caught.value.param == "messages[0].content"
+    assert caught.value.body["message"].endswith("; got an object.")
+    gateway.assert_not_debited(account.key, before, settle_wait=0)
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_more_output_tokens_than_the_model_gives_is_a_400_naming_the_limit(gateway, account, client, spec, field):
+    before = gateway.balance(account.key)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="sim-chat", messages=HELLO, **{field: 100_000})
+    err = caught.value
+    assert err.code == "invalid_value"
+    assert err.param == field
+    assert "at most 4096 output tokens" in err.body["message"]
+    spec.assert_valid("ErrorResponse", err.response.json())
+    gateway.assert_not_debited(account.key, before, settle_wait=0)
+
 def test_an_unknown_chat_model_is_a_404_that_suggests_the_closest_model(gateway, account, client, spec):
     before = gateway.balance(account.key)
     with pytest.raises(openai.NotFoundError) as caught:
