@@ -89,11 +89,27 @@ async function streamed(r: Relay, res: IncomingMessage, started: bigint, content
   const { down, meter, charge } = r;
   down.begin(200, { 'content-type': contentType, 'cache-control': 'no-cache', ...headers });
   let broken = false;
+  let settled = false;
+  // Complete: the upstream's final usage. Dropped or broken: the prompt plus what was produced so far.
+  const settle = async (): Promise<boolean> => {
+    settled = true;
+    try {
+      await charge.settle(meter.usage(), { extra: down.aborted ? { client_dropped: true } : {} });
+      return true;
+    } catch (e) {
+      log('error', 'settle failed', { request_id: r.requestId, error: String((e as Error)?.message ?? e) });
+      down.close();
+      return false;
+    }
+  };
   try {
     for await (const chunk of res) {
       const out = meter.onData(chunk as Buffer);
+      // The read that carries the end marker is held until the debit is durable: a client that has
+      // seen its stream end has been billed for it, even if this process dies the next moment.
+      if (meter.done && !settled && !(await settle())) return;
       if (out.length > 0) { const wait = down.write(out); if (wait) await wait; }
-      if (meter.produced && charge.progressDue()) charge.progress(meter.usage());
+      if (!settled && meter.produced && charge.progressDue()) charge.progress(meter.usage());
       if (down.aborted) break;
     }
     if (!res.complete && !down.aborted) broken = true;
@@ -102,16 +118,9 @@ async function streamed(r: Relay, res: IncomingMessage, started: bigint, content
   }
   down.upstreamNs = process.hrtime.bigint() - started;
   const tail = meter.onEnd(!broken && !down.aborted);
-  if (tail.length > 0 && !down.aborted) down.write(tail);
   if (!meter.done && !down.aborted) broken = true;
-  // Complete: the upstream's final usage. Dropped or broken: the prompt plus what was produced so far.
-  try {
-    await charge.settle(meter.usage(), { extra: down.aborted ? { client_dropped: true } : {} });
-  } catch (e) {
-    log('error', 'settle failed', { request_id: r.requestId, error: String((e as Error)?.message ?? e) });
-    down.close();
-    return;
-  }
+  if (!settled && !(await settle())) return;
+  if (tail.length > 0 && !down.aborted) down.write(tail);
   if (broken) {
     // Headers are out: the only honest signal left is to cut the stream short.
     log('warn', 'upstream stream broke', { request_id: r.requestId, model: r.label });
