@@ -1,4 +1,4 @@
-// The benchmark: direct-to-sim, Tollgate (embedded; PostgreSQL + Redis) and LiteLLM side by side, alternating.
+// The benchmark: direct-to-sim, Tollgate (embedded; PostgreSQL + Redis), LiteLLM and Portkey side by side, alternating.
 import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir, cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -10,6 +10,9 @@ const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
 const only = args.includes('--only') ? args[args.indexOf('--only') + 1].split(',') : null;
 const wantLitellm = !args.includes('--no-litellm') && !QUICK;
+const wantPortkey = !args.includes('--no-portkey') && (!QUICK || Boolean(only?.includes('portkey')));
+/** Portkey's gateway as published on npm, installed by bench/run into bench/.portkey (pinned there). */
+const PORTKEY = join(ROOT, 'bench/.portkey/node_modules/@portkey-ai/gateway/build/start-server.js');
 const CLI = join(ROOT, 'dist/cli.js');
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
@@ -100,6 +103,20 @@ async function litellm(simUrl, streamSimUrl) {
   return { name: 'litellm', kind: 'litellm', url, pid: p.pid, auth: { authorization: 'Bearer sk-bench-master' }, streamModel: 'sim-chat-stream' };
 }
 
+/**
+ * Portkey's AI gateway (Node, Hono): forwards to the sim as an OpenAI-compatible custom host. It does no
+ * auth, limits or billing here; the request headers name the provider and the host. `--port=N` (with
+ * `=`) is the form it reads; `--headless` drops its console spinner.
+ */
+async function portkey(simUrl, streamSimUrl) {
+  const url = `http://127.0.0.1:${await freePort()}`;
+  const p = await start('portkey', process.execPath, [PORTKEY, `--port=${url.split(':')[2]}`, '--headless'],
+    { env: { NODE_ENV: 'production' }, readyUrl: `${url}/`, timeoutMs: 60_000 });
+  procs.push(p);
+  const via = (host) => ({ authorization: 'Bearer unused', 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${host}/v1` });
+  return { name: 'portkey', kind: 'portkey', url, pid: p.pid, log: p.log, auth: via(simUrl), streamAuth: via(streamSimUrl), streamModel: 'sim-chat' };
+}
+
 /** The design's floor (bench/floor.mjs): the gateway's uWS front end and proxy adapter with nothing else on the path. */
 async function floor(name, simUrl, streamSimUrl, client) {
   const p = await start(name, process.execPath, [join(ROOT, 'bench/floor.mjs'), simUrl, streamSimUrl],
@@ -118,10 +135,10 @@ async function balance(c) {
 
 /**
  * How much load to send: Tollgate and direct get a fixed number of requests, so none is cut off at the
- * end and the ledger check stays exact; LiteLLM, far slower, gets the same time instead, so a run
- * cannot take hours.
+ * end and the ledger check stays exact; LiteLLM and Portkey, slower and with no ledger to check, get the
+ * same time instead, so a run cannot take hours.
  */
-const amount = (c, requests, secs) => (c.kind === 'litellm' ? ['-d', String(secs)] : ['-a', String(requests)]);
+const amount = (c, requests, secs) => (c.kind === 'litellm' || c.kind === 'portkey' ? ['-d', String(secs)] : ['-a', String(requests)]);
 
 /**
  * Achieved requests per second: completed requests over the run's wall time. (autocannon's
@@ -223,6 +240,7 @@ async function main() {
   // The same, as two worker processes on one port (`workers: 2`): the non-streaming chat scenarios only.
   if (want('tollgate-pg-redis-2w')) contenders.push(await tollgate('tollgate-pg-redis-2w', simA.url, simB.url, true, 2));
   if (wantLitellm && want('litellm')) contenders.push(await litellm(simA.url, simB.url));
+  if (wantPortkey && want('portkey')) contenders.push(await portkey(simA.url, simB.url));
   const active = contenders.filter((c) => !only || only.includes(c.name));
   const costs = new Map();
   for (const c of active) costs.set(c.name, await unitCosts(c));
@@ -245,7 +263,7 @@ async function main() {
   // PLAN.maxSecs (and warm the contender up at this concurrency).
   await each(async (c) => {
     const url = `${c.url}/v1/chat/completions`;
-    const sizing = c.kind === 'litellm' ? null : await autocannon([...acArgs(c, CHAT), '-c', '128', '-d', String(PLAN.sizingSecs), url]);
+    const sizing = c.kind === 'litellm' || c.kind === 'portkey' ? null : await autocannon([...acArgs(c, CHAT), '-c', '128', '-d', String(PLAN.sizingSecs), url]);
     await new Promise((r) => setTimeout(r, 500)); // the sizing run's last requests settle before the ledger is read
     return measure(c, 'chat max qps', { simPid: simA.pid, url, body: CHAT, unitCost: costs.get(c.name).chat,
       extra: ['-c', '128', ...amount(c, Math.max(2000, Math.round((sizing ? achievedQps(sizing) : 0) * PLAN.maxSecs)), PLAN.maxSecs)] });
@@ -257,6 +275,8 @@ async function main() {
       // LiteLLM held none of the streams in any round of earlier runs (bench/results): one round says so.
       if (c.kind === 'litellm' && round > 0) return null;
       const body = JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel });
+      // Portkey names the stream sim in its headers, not in a model id.
+      if (c.streamAuth) c = { ...c, auth: c.streamAuth };
       return measure(c, `${PLAN.streams} streams`, { simPid: simB.pid, url: `${c.kind === 'direct' ? c.streamUrl : c.url}/v1/chat/completions`, body, unitCost: costs.get(c.name).stream,
         pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), ...amount(c, PLAN.streams * 2, 30), '-t', '60'] });
     });
@@ -269,7 +289,8 @@ async function main() {
   }
   const stamp = new Date().toISOString().replace(/[:.]/g, '-').slice(0, 19);
   const versions = { tollgate: JSON.parse(execFileSync('node', ['-p', 'JSON.stringify(require("./package.json").version)'], { cwd: ROOT }).toString()),
-    litellm: wantLitellm ? execFileSync(join(ROOT, 'bench/.venv-litellm/bin/python'), ['-c', 'import importlib.metadata as m; print(m.version("litellm"))']).toString().trim() : null,
+    portkey: active.some((c) => c.kind === 'portkey') ? JSON.parse(execFileSync('node', ['-p', 'JSON.stringify(require("./bench/.portkey/node_modules/@portkey-ai/gateway/package.json").version)'], { cwd: ROOT }).toString()) : null,
+    litellm: active.some((c) => c.kind === 'litellm') ? execFileSync(join(ROOT, 'bench/.venv-litellm/bin/python'), ['-c', 'import importlib.metadata as m; print(m.version("litellm"))']).toString().trim() : null,
     postgres: execFileSync('psql', [PG_ADMIN, '-Atc', 'SHOW server_version']).toString().trim(), redis: execFileSync('redis-server', ['--version']).toString().split(' ')[2] };
   const report = { date: new Date().toISOString(), mode: QUICK ? 'quick' : 'full', command: `bench/run ${args.join(' ')}`.trim(), machine, versions, plan: PLAN, idle_rss_mb: idle, results };
   mkdirSync(join(ROOT, 'bench/results'), { recursive: true });

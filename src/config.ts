@@ -39,6 +39,8 @@ const Model = Type.Object({
   audio_out_per_minute: Type.Optional(Dollars),
   audio_out_per_second: Type.Optional(Dollars),
   max_output_tokens: Type.Integer({ minimum: 1, default: 8192 }),
+  batch_discount_percent: Type.Integer({ minimum: 0, maximum: 100, default: 0, description: 'batch lines cost the live prices less this percentage' }),
+  voice_cloning: Type.Boolean({ default: false, description: 'a tts model whose upstream clones voices from samples (docs/upstreams.md): cloned voices synthesize with it' }),
 }, { additionalProperties: false });
 
 export const ConfigSchema = Type.Object({
@@ -51,9 +53,17 @@ export const ConfigSchema = Type.Object({
     default_rpm: Type.Integer({ minimum: 1, default: 600 }),
     default_concurrency: Type.Integer({ minimum: 1, default: 32 }),
     max_body_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024 }),
+    upload_bytes: Type.Integer({ minimum: 1024, default: 25 * 1024 * 1024, description: 'the largest file an upload route takes (413 past it)' }),
+    route_upload_bytes: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 1024 }), { default: {}, description: 'upload_bytes for one route, by its name (audio.transcriptions, …)' }),
   }, { additionalProperties: false, default: {} }),
   upstreams: Type.Record(Type.String({ pattern: '^[a-z0-9_-]+$' }), Upstream),
   models: Type.Array(Model, { minItems: 1 }),
+  batches: Type.Object({
+    concurrency: Type.Integer({ minimum: 0, maximum: 1024, default: 8, description: 'batch lines one process runs at once (0: this process runs no batch work)' }),
+    poll_ms: Type.Integer({ minimum: 10, default: 1000, description: 'how often an idle worker looks for batch work' }),
+    lease_ms: Type.Integer({ minimum: 500, default: 30_000, description: 'a claim not renewed for this long is taken over' }),
+    max_file_bytes: Type.Integer({ minimum: 1, default: 200 * 1024 * 1024, description: 'largest upload to POST /files' }),
+  }, { additionalProperties: false, default: {} }),
   payments: Type.Object({
     // Required in a config file (checked below): only the embedded default falls back to the sandbox.
     provider: Type.Optional(Type.Union([Type.Literal('sandbox'), Type.Literal('stripe')])),
@@ -85,7 +95,11 @@ export interface ModelConfig {
   description: string | undefined;
   simulated: boolean;
   prices: UnitPrices;
+  /** What a batch line pays per unit (the live prices less batch_discount_percent). */
+  batchPrices: UnitPrices;
   maxOutputTokens: number;
+  /** A tts model whose upstream clones voices (the voice-cloning contract); cloned voices synthesize with it. */
+  voiceCloning: boolean;
 }
 
 export interface UpstreamConfig {
@@ -108,9 +122,10 @@ export interface Config {
   poolSize: number;
   redisUrl: string | undefined;
   redisPrefix: string;
-  limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number };
+  limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number; uploadBytes: number; routeUploadBytes: Readonly<Record<string, number>> };
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
+  batches: { concurrency: number; pollMs: number; leaseMs: number; maxFileBytes: number };
   demo: { credit: Nanodollars; email: string };
   payments: {
     provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string;
@@ -126,7 +141,7 @@ export class ConfigError extends Error {}
 /** Set by a `workers: N` primary for its workers: its sandbox webhook secret, so any worker verifies what another signed. */
 export const SANDBOX_SECRET_ENV = 'TOLLGATE_SANDBOX_WEBHOOK_SECRET';
 
-/** The embedded default: one simulated chat model priced as the seed's 27B model, one embedding model. */
+/** The embedded default: simulated chat (priced as the seed's 27B model), embedding, text-to-speech and transcription models. */
 export const EMBEDDED_DEFAULT: unknown = {
   upstreams: { sim: { sim: {} } },
   models: [
@@ -139,6 +154,16 @@ export const EMBEDDED_DEFAULT: unknown = {
     { id: 'sim-embed', upstream: 'sim', kind: 'embedding', simulated: true,
       description: 'Simulated embedding model (test infrastructure)',
       input_per_mtok: '0.02', output_per_mtok: '0', max_output_tokens: 1 },
+    { id: 'sim-tts-clone', upstream: 'sim', kind: 'tts', simulated: true, voice_cloning: true,
+      description: 'Simulated text-to-speech model that clones voices from samples (test infrastructure)', per_mchar: '30' },
+    { id: 'sim-sts', upstream: 'sim', kind: 'sts', simulated: true, aliases: ['eleven_english_sts_v2', 'eleven_multilingual_sts_v2'],
+      description: 'Simulated voice conversion (test infrastructure)', audio_in_per_minute: '0.18' },
+    { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true,
+      aliases: ['tts-1', 'tts-1-hd', 'gpt-4o-mini-tts', 'eleven_multilingual_v2', 'eleven_v3', 'eleven_flash_v2_5', 'eleven_flash_v2', 'eleven_turbo_v2_5', 'eleven_turbo_v2', 'eleven_monolingual_v1', 'eleven_multilingual_v1'],
+      description: 'Simulated text-to-speech model (test infrastructure), priced as OpenAI tts-1 ($15 per million characters)', per_mchar: '15' },
+    { id: 'sim-stt', upstream: 'sim', kind: 'stt', simulated: true,
+      aliases: ['whisper-1', 'gpt-4o-transcribe', 'gpt-4o-mini-transcribe', 'scribe_v1', 'scribe_v1_experimental', 'scribe_v2'],
+      description: 'Simulated transcription model (test infrastructure), priced as OpenAI whisper-1 ($0.006 per audio minute)', audio_in_per_minute: '0.006' },
   ],
 };
 
@@ -189,10 +214,12 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       if (seen.has(name)) fail(`/models/${i}/id`, `model id or alias "${name}" is used twice`);
       seen.add(name);
     }
+    if (m.voice_cloning && m.kind !== 'tts') fail(`/models/${i}/voice_cloning`, 'only a tts model clones voices');
+    const prices = unitPrices(m, i, fail);
     return {
       id: m.id, upstream: m.upstream, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
-      description: m.description, simulated: m.simulated, prices: unitPrices(m, i, fail),
-      maxOutputTokens: m.max_output_tokens,
+      description: m.description, simulated: m.simulated, prices, batchPrices: discounted(prices, m.batch_discount_percent),
+      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning,
     };
   });
   const [host, portText] = splitHostPort(c.listen);
@@ -225,8 +252,13 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     publicUrl: c.public_url?.replace(/\/+$/, ''),
     databaseUrl, poolSize: c.database?.pool_size ?? 1,
     redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',
-    limits: { defaultRpm: c.limits.default_rpm, defaultConcurrency: c.limits.default_concurrency, maxBodyBytes: c.limits.max_body_bytes },
+    limits: { defaultRpm: c.limits.default_rpm, defaultConcurrency: c.limits.default_concurrency, maxBodyBytes: c.limits.max_body_bytes,
+      uploadBytes: c.limits.upload_bytes, routeUploadBytes: c.limits.route_upload_bytes },
     upstreams, models,
+    batches: {
+      concurrency: c.batches.concurrency, leaseMs: envInt(env, 'TOLLGATE_BATCH_LEASE_MS') ?? c.batches.lease_ms,
+      pollMs: envInt(env, 'TOLLGATE_BATCH_POLL_MS') ?? c.batches.poll_ms, maxFileBytes: c.batches.max_file_bytes,
+    },
     demo: { credit: dollarsToNano(c.demo.credit), email: c.demo.email },
     payments: {
       provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''), returnOrigins,
@@ -240,6 +272,25 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     embedded,
   };
   return deepFreeze(config);
+}
+
+/** A positive whole number from the environment (the batch worker's timing, for tests and operators), or undefined. */
+function envInt(env: NodeJS.ProcessEnv, name: string): number | undefined {
+  const v = env[name];
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 10) throw new ConfigError(`environment variable ${name} must be a whole number of milliseconds (at least 10), got "${v}"`);
+  return n;
+}
+
+/** Unit prices less a whole percentage, rounded down to a nanodollar per unit size (exact for prices in whole cents). */
+function discounted(p: UnitPrices, percent: number): UnitPrices {
+  if (percent === 0) return p;
+  const k = BigInt(100 - percent);
+  return {
+    inputPerMTok: (p.inputPerMTok * k) / 100n, outputPerMTok: (p.outputPerMTok * k) / 100n, perMChar: (p.perMChar * k) / 100n,
+    audioInPerMinute: (p.audioInPerMinute * k) / 100n, audioOutPerMinute: (p.audioOutPerMinute * k) / 100n,
+  };
 }
 
 function headerRules(list: string[]): { names: string[]; prefixes: string[] } {

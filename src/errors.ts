@@ -3,15 +3,18 @@
 /** Every error code a client can see (the `code` of the envelope); a new one is added here first. */
 export type ErrorCode =
   // the request
-  | 'invalid_json' | 'invalid_encoding' | 'unsupported_media_type' | 'validation_error' | 'invalid_value' | 'unsupported_parameter'
+  | 'invalid_json' | 'invalid_encoding' | 'invalid_multipart' | 'invalid_audio' | 'unsupported_media_type' | 'validation_error' | 'invalid_value' | 'unsupported_parameter'
+  | 'missing_required_parameter' | 'batch_not_cancellable'
   | 'request_too_large' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
   | 'model_not_found'
+  // voices (the beta family)
+  | 'invalid_labels' | 'voice_not_found' | 'sample_not_found' | 'voice_limit_reached' | 'voice_cloning_unavailable' | 'max_character_limit_exceeded'
   // the key
   | 'invalid_api_key' | 'insufficient_scope'
   // admission
   | 'insufficient_balance' | 'key_spend_limit_reached' | 'rate_limit_exceeded' | 'concurrency_limit_exceeded'
   // the upstream
-  | 'upstream_invalid_request' | 'upstream_error' | 'upstream_unavailable' | 'upstream_timeout' | 'upstream_malformed_response'
+  | 'upstream_invalid_request' | 'context_length_exceeded' | 'upstream_error' | 'upstream_unavailable' | 'upstream_timeout' | 'upstream_malformed_response'
   // payments
   | 'payment_provider_error' | 'invalid_signature' | 'invalid_event'
   // the gateway

@@ -8,20 +8,35 @@ import { chatRoutes } from './families/alpha/chat.js';
 import { modelRoutes } from './families/alpha/models.js';
 import { completionRoutes } from './families/alpha/completions.js';
 import { responsesRoutes } from './families/alpha/responses.js';
+import { audioRoutes } from './families/alpha/audio.js';
+import { fileRoutes } from './families/alpha/files.js';
+import { batchRoutes } from './families/alpha/batches.js';
+import { voiceRoutes } from './families/beta/voices.js';
+import { ttsRoutes } from './families/beta/tts.js';
+import { sttRoutes } from './families/beta/stt.js';
+import { stsRoutes } from './families/beta/sts.js';
+import { betaPreset } from './families/beta/presets.js';
+import { measureAudio } from './meter/audio.js';
+import { accountRoutes as betaAccountRoutes } from './families/beta/account.js';
 import { keyRoutes } from './families/svc/key.js';
 import { billingRoutes } from './families/svc/billing.js';
 import { consoleRoutes } from './console/routes.js';
+import { streamInputRoute } from './families/beta/stream-input.js';
+import { realtimeRoute } from './families/alpha/realtime.js';
+import { RealtimeSecrets, realtimeSecretRoutes } from './families/alpha/realtime-secrets.js';
 
 export function mounts(s: Services): Mount[] {
+  const secrets = new RealtimeSecrets(s);
   const ops: Route[] = [
     { method: 'GET', path: '/health', name: 'health', scope: 'public', handler: async (ctx) => ctx.json(200, { status: 'ok' }) },
     { method: 'GET', path: '/metrics', name: 'metrics', scope: 'public',
       handler: async (ctx) => ctx.send(200, s.metrics.render(), {}, 'text/plain; version=0.0.4') },
   ];
+  const measure = async (data: Buffer, mimeType: string, filename: string, param: string): Promise<number> => (await measureAudio(data, { mimeType, filename, param })).durationMs;
   return [
-    { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s)] },
-    // Not served yet: its paths answer 404 in its own envelope.
-    { family: beta, routes: [] },
+    { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s), ...audioRoutes(s), ...fileRoutes(s), ...batchRoutes(s),
+      ...realtimeSecretRoutes(s, secrets)], sockets: [realtimeRoute(s, (presented) => secrets.grant(presented))] },
+    { family: beta, routes: [...voiceRoutes(s), ...ttsRoutes(s, betaPreset), ...sttRoutes(s, measure), ...stsRoutes(s, measure, betaPreset), ...betaAccountRoutes(s)], sockets: [streamInputRoute(s)] },
     { family: svc, routes: [...keyRoutes(s), ...billingRoutes(s)] },
     // The console renders its own errors as pages; health and metrics need no envelope of a family.
     { family: svc, routes: [...ops, ...consoleRoutes(s)], prefixes: [''] },

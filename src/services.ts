@@ -17,6 +17,9 @@ import { Upstreams } from './proxy/upstream.js';
 import { startSim, type SimHandle } from './sim/index.js';
 import { Metrics } from './observe/metrics.js';
 import { Billing } from './billing/core.js';
+import { BatchWorker } from './jobs/batch-worker.js';
+import { batchEndpoints } from './families/alpha/batches.js';
+import { sweepUploads } from './store/files.js';
 
 export interface Services {
   config: Config;
@@ -34,6 +37,8 @@ export interface Services {
   upstreams: Upstreams;
   admission: AdmissionDeps;
   billing: Billing;
+  /** Claims and runs batch work (validation, lines, closing) from the store. */
+  batches: BatchWorker;
   /** The simulated upstreams this process runs for `upstreams.NAME.sim` (test infrastructure). */
   sims: SimHandle[];
 }
@@ -78,20 +83,29 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   };
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims,
     models: new ModelRegistry(c.models), upstreams: new Upstreams(c.upstreams, simUrls) };
-  const s: Services = { ...base, billing: new Billing(base) };
+  const s = { ...base, billing: new Billing(base) } as Services;
+  s.batches = new BatchWorker(s, batchEndpoints());
   metrics.ledgerWrites = () => settler.writes;
   metrics.keyLookups = () => cache.missLookups;
   metrics.openHolds = () => admission.openHolds.count;
   metrics.pendingDebits = () => committer.pending;
+  metrics.retryingDebits = () => committer.retrying;
+  metrics.commitFailures = () => committer.commitsFailed;
+  metrics.recoveredDebits = () => recovery.recovered;
   // Debits a dead process left durable but uncommitted: claimed now (an embedded restart replays
   // its journal before it serves) and then every second.
   await recovery.start();
+  // Uploads a dead process left unfinished (an hour old: no live upload takes that long to store).
+  await sweepUploads(db, 3_600_000).catch(() => undefined);
+  // Every serve process runs the batch worker (batches.concurrency lines at once; 0 turns it off).
+  s.batches.start();
   return s;
 }
 
 /** Drains what the stages hold (every debit committed, every hold released), then closes them. */
 export async function closeServices(s: Services, deadline = Date.now() + 30_000): Promise<void> {
   await s.recovery.stop();
+  await s.batches.stop(deadline);
   const committed = await s.committer.drain(deadline);
   await s.settler.drain();
   await Promise.all(s.admission.openHolds.releasing);

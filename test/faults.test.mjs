@@ -180,6 +180,8 @@ test('PostgreSQL stopped mid-load: requests keep being served and billed once Po
   assert.ok(pendingDuring > 0, 'debits waited for PostgreSQL');
   assert.ok(records.every((r) => r.status === 200), `every request served: ${JSON.stringify(records.filter((r) => r.status !== 200).slice(0, 3))}`);
   await until('every debit committed', async () => (await metric(gw, 'tollgate_pending_debits')) === 0, 30_000);
+  assert.ok(await metric(gw, 'tollgate_debit_commit_failures_total') > 0, 'the failed commits are counted for operators');
+  assert.equal(await metric(gw, 'tollgate_retrying_debits'), 0, 'and none is still retrying');
   await gw.stop();
   const ledger = await ledgerOf(pgc.url, account);
   // the warm-up request is in the ledger too, under its own id

@@ -157,13 +157,13 @@ test('whatever fails, at whichever stage, the request leaves no hold and bills n
     assert.ok(res.status >= 400 || what.startsWith('streamed'), `${what}: ${res.status}`);
     assert.ok(res.status !== 500, `${what}: never an opaque 500 (${text.slice(0, 200)})`);
   }
-  // a client that leaves mid-stream, and one that leaves before the answer
+  // a client that leaves mid-stream, and one that leaves a stream before its first byte
   const ctl = new AbortController();
   const s = await post(chatBody({ stream: true, max_tokens: 200 }), { 'x-sim-token-delay-ms': '20' }, key, ctl.signal);
   await s.body.getReader().read();
   ctl.abort();
   const ctl2 = new AbortController();
-  const hanging = post(chatBody(), { 'x-sim-hang': '1' }, key, ctl2.signal).catch(() => undefined);
+  const hanging = post(chatBody({ stream: true }), { 'x-sim-hang': '1' }, key, ctl2.signal).catch(() => undefined);
   setTimeout(() => ctl2.abort(), 100);
   await hanging;
   const deadline = Date.now() + 10_000;
@@ -180,4 +180,50 @@ test('whatever fails, at whichever stage, the request leaves no hold and bills n
   assert.ok(show.balance < 1 && show.balance > 0.999, `one small debit: balance ${show.balance}`);
   assert.equal(show.balance, show.ledger_total);
   assert.doesNotMatch(gw.output.stdout, /unhandled/i);
+});
+
+/** Writes raw bytes on one connection and collects what comes back until the server closes or `ms` pass. */
+function raw(gw, chunks, { ms = 3000, gapMs = 0 } = {}) {
+  const { port } = new URL(gw.url);
+  return new Promise((resolve) => {
+    const sock = net.connect(Number(port), '127.0.0.1');
+    let out = '';
+    let sent = 0;
+    let closedBeforeSent = false;
+    const done = (how) => { clearTimeout(timer); sock.destroy(); resolve({ out, how, sent, closedBeforeSent }); };
+    const timer = setTimeout(() => done('open'), ms);
+    sock.on('data', (d) => { out += d.toString('latin1'); });
+    sock.on('close', () => { closedBeforeSent = sent < chunks.length; done('closed'); });
+    sock.on('error', () => undefined);
+    (async () => {
+      for (const c of chunks) {
+        if (sock.destroyed) return;
+        sock.write(c);
+        sent++;
+        if (gapMs) await new Promise((r) => setTimeout(r, gapMs));
+      }
+    })();
+  });
+}
+
+test('requests pipelined in one write are answered in order on the connection', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key } = await gw.account('1');
+  const get = (path) => `GET ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key}\r\n\r\n`;
+  const { out } = await raw(gw, [get('/health') + get('/v1/models') + get('/v1/models/sim-chat') + get('/health')], { ms: 1500 });
+  const statuses = out.match(/HTTP\/1\.1 \d+/g);
+  assert.deepEqual(statuses, ['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 200'], out.slice(0, 400));
+  const bodies = [...out.matchAll(/"status":"ok"|"object":"list"|"id":"sim-chat","object":"model"/g)].map((m) => m[0]);
+  assert.deepEqual([bodies[0], bodies[1], bodies.at(-1)], ['"status":"ok"', '"object":"list"', '"status":"ok"'], 'answers come back in the order asked');
+});
+
+test('a client sending its headers a byte a second is cut off before it finishes them', { timeout: 60_000 }, async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const request = 'GET /health HTTP/1.1\r\nHost: x\r\nUser-Agent: a-very-slow-client/1.0\r\n\r\n';
+  // 62 bytes at one a second would take a minute; the front end's header timeout closes the socket first.
+  const res = await raw(gw, [...request], { ms: 40_000, gapMs: 1000 });
+  assert.equal(res.how, 'closed', 'the server closed the connection');
+  assert.ok(res.closedBeforeSent, `closed after ${res.sent} of ${request.length} bytes, before the headers were complete`);
+  assert.equal(res.out, '', 'and never answered a request it never got');
+  assert.equal((await gw.fetch('/health')).status, 200, 'everyone else is served meanwhile');
 });

@@ -199,3 +199,51 @@ test('a debit recorded twice under one id (a takeover of an owner that was only 
     assert.deepEqual(await l.pendingOf('y', 'key_y'), { account: 0n, key: 0n });
   }
 });
+
+test('a session settling in parts: each part takes what it covered off the hold, so held + billed never counts one stretch twice', async (t) => {
+  for (const l of await limiters(t)) {
+    // 10,000 of balance; the session holds 1,000 for its first stretch, settles it, extends for the next.
+    assert.equal((await admit(l, 's', 's0', 1_000n, 10_000n)).ok, true);
+    const base = { accountId: 's', keyId: 'key_s', balance: { amount: 10_000n, version: 1n }, ceiling: null,
+      spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs: 60_000 };
+    for (let seq = 1; seq <= 8; seq++) {
+      await l.settle('s0', debit('s', `s0#${seq}`, 1_000n), false, 1_000n);
+      if (seq < 8) assert.deepEqual(await l.extend({ ...base, holdId: 's0', amount: 1_000n }), { ok: true }, `${l.kind}: stretch ${seq + 1}`);
+    }
+    // 8,000 billed (pending) and nothing held: 2,000 of headroom, exactly.
+    assert.deepEqual(await l.pendingOf('s', 'key_s'), { account: 8_000n, key: 8_000n });
+    // (admission needs balance left above zero, whatever the new hold's size)
+    assert.equal((await admit(l, 's', 'other', 2_000n, 10_000n)).ok, true, `${l.kind}: 2,000 is left beside the session`);
+    assert.equal((await admit(l, 's', 'more', 1n, 10_000n)).ok, false, `${l.kind}: and nothing more`);
+    await l.release('s', 'other');
+    // a part that used less than it held for gives the rest back only when told what it covered
+    assert.deepEqual(await l.extend({ ...base, holdId: 's0', amount: 1_500n }), { ok: true });
+    await l.settle('s0', debit('s', 's0#9', 400n), false, 1_500n);
+    assert.equal((await admit(l, 's', 'fits', 1_600n, 10_000n)).ok, true, `${l.kind}: 8,400 billed, nothing held`);
+    assert.equal((await admit(l, 's', 'more2', 1n, 10_000n)).ok, false, `${l.kind}: 1,600 was all that was left`);
+    await l.release('s', 'fits');
+    // the same part recorded again (a retry) takes nothing more off
+    await l.settle('s0', debit('s', 's0#9', 400n), false, 1_500n);
+    assert.deepEqual(await l.pendingOf('s', 'key_s'), { account: 8_400n, key: 8_400n });
+    await l.release('s', 's0');
+    assert.equal((await admit(l, 's', 'last', 1_600n, 10_000n)).ok, true, `${l.kind}: the session's end frees no more than was held`);
+    assert.equal((await admit(l, 's', 'over', 2n, 10_000n)).ok, false);
+  }
+});
+
+test('a session\'s billed unit that counts as a request takes a token of the key\'s rpm, and is refused when none is left', async (t) => {
+  for (const l of await limiters(t)) {
+    const rpm = 3;
+    const base = { accountId: 'r', keyId: 'key_r', balance: { amount: 1_000_000n, version: 1n }, ceiling: null,
+      spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs: 60_000 };
+    // the session itself took one of three tokens
+    assert.equal((await l.admit({ ...base, holdId: 'r0', rpm, concurrency: 10, money: true, hold: 0n })).ok, true);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'r0', amount: 10n, rpm }), { ok: true }, `${l.kind}: the second token`);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'r0', amount: 10n, rpm }), { ok: true }, `${l.kind}: the third`);
+    const refused = await l.extend({ ...base, holdId: 'r0', amount: 10n, rpm });
+    assert.equal(refused.reason, 'rate_limit_exceeded', `${l.kind}: none left`);
+    assert.ok(refused.retryMs > 0 && refused.retryMs <= 20_000, `${l.kind}: retry in ${refused.retryMs} ms (one token = 20 s at 3 rpm)`);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'r0', amount: 10n }), { ok: true }, `${l.kind}: an extension that is no request takes no token`);
+    await l.release('r', 'r0');
+  }
+});

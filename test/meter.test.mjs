@@ -82,11 +82,45 @@ test('what counts as produced output: text, reasoning and tool-call arguments, p
 test('running usage (continuous usage stats) is read from every chunk and removed when the client did not ask for it', () => {
   const text = chunk({ content: 'a' }, { usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } })
     + chunk({ content: 'b' }, { usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } });
-  const { m, out } = run(text, { stripChunkUsage: true }, 100_000);
+  const { m, out } = run(text, { stripChunkUsage: true, runningUsage: true }, 100_000);
   assert.deepEqual(m.reported, { input: 7, output: 2, reasoning: 0 });
   assert.equal(m.producedTokens(), 2);
   assert.equal(m.final, false);
   assert.equal(out, text.replace(/"usage":\{[^}]*\}/g, '"usage":null'));
+});
+
+// llama.cpp's llama-server (build b10434), as it sends them: a completions stream's usage rides on its
+// finish chunk; with n=2 each choice is a task of its own that reports its own usage.
+const LLAMA_COMPLETION = [
+  'data: {"choices":[{"text":" no","index":0,"logprobs":null,"finish_reason":null}],"created":1,"model":"m.gguf","object":"text_completion","id":"c"}\n\n',
+  'data: {"choices":[{"text":" other","index":0,"logprobs":null,"finish_reason":null}],"created":1,"model":"m.gguf","object":"text_completion","id":"c"}\n\n',
+  'data: {"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"created":1,"model":"m.gguf","object":"text_completion","usage":{"completion_tokens":2,"prompt_tokens":5,"total_tokens":7},"id":"c"}\n\n',
+  'data: [DONE]\n\n',
+].join('');
+
+test('llama.cpp: usage on a completions finish chunk is the exact usage, kept for a client that asked and removed for one that did not', () => {
+  for (const cut of [1, 7, 100_000]) {
+    const { m, out } = run(LLAMA_COMPLETION, {}, cut);
+    assert.equal(out, LLAMA_COMPLETION);
+    assert.deepEqual(m.usage(), { inputTokens: 5, outputTokens: 2, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+  }
+  const { m, out } = run(LLAMA_COMPLETION, { stripUsageChunk: true }, 100_000);
+  assert.equal(m.usage().basis, 'exact');
+  assert.ok(!out.includes('"usage":{'), out);
+  assert.equal(out.split('\n\n').length, LLAMA_COMPLETION.split('\n\n').length, 'no chunk dropped');
+  // Cut before [DONE]: what was produced, not a final bill.
+  const cutShort = run(LLAMA_COMPLETION.replace('data: [DONE]\n\n', ''), {}, 100_000).m;
+  assert.equal(cutShort.usage().basis, 'partial');
+});
+
+test('llama.cpp: n=2 reports each choice\'s usage on its own; the stream\'s usage is their sum', () => {
+  const u = (p, c) => `data: {"choices":[],"object":"chat.completion.chunk","usage":{"completion_tokens":${c},"prompt_tokens":${p},"total_tokens":${p + c}}}\n\n`;
+  const text = chunk({ content: 'a' }) + chunk({ content: 'b' }) + u(23, 2)
+    + `data: {"choices":[{"index":1,"delta":{"content":"c"},"finish_reason":null}]}\n\n` + u(23, 3) + 'data: [DONE]\n\n';
+  const { m } = run(text, {}, 100_000);
+  assert.deepEqual({ ...m.usage() }, { inputTokens: 46, outputTokens: 5, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+  // An upstream with running usage: the newest report replaces the last.
+  assert.equal(run(text, { runningUsage: true }, 100_000).m.usage().outputTokens, 3);
 });
 
 test('whole unchanged events are forwarded as the very bytes that came in', () => {

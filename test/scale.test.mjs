@@ -41,7 +41,7 @@ test('concurrency held on one instance counts on the other', async (t) => {
   const [a, b] = await twoInstances(t);
   const { key } = await a.account('10', { concurrency: 2 });
   const ctl = new AbortController();
-  const hang = (gw) => gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), 'x-sim-hang': '1' }, body: chatBody(), signal: ctl.signal }).catch(() => undefined);
+  const hang = (gw) => gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), 'x-sim-hang': '1' }, body: chatBody({ stream: true }), signal: ctl.signal }).catch(() => undefined);
   const h1 = hang(a);
   const h2 = hang(b);
   let status;

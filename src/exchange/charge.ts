@@ -16,6 +16,11 @@ export interface ChargeSpec {
   key: KeyRecord;
   /** The idempotency key of the debit: the request id (a session id, a batch id + custom id). */
   id: string;
+  /**
+   * The ledger entry's nonce when every attempt of this debit must be stored once (a batch line run
+   * again after a crash); by default each attempt has its own.
+   */
+  nonce?: string;
   /** What is priced and named in the ledger. */
   model: { id: string; prices: UnitPrices };
   /** The most this exchange can consume: its hold. */
@@ -43,9 +48,9 @@ export class Charge {
     private readonly nonce: string) {}
 
   static async open(d: ChargeDeps, spec: ChargeSpec): Promise<Charge> {
-    const nonce = base62(12);
-    const hold = await admit(d.admission, spec.key, `${spec.id}/${nonce}`, price(spec.model.prices, spec.worst));
-    return new Charge(d, spec, hold, nonce);
+    const attempt = base62(12);
+    const hold = await admit(d.admission, spec.key, `${spec.id}/${attempt}`, price(spec.model.prices, spec.worst));
+    return new Charge(d, spec, hold, spec.nonce ?? attempt);
   }
 
   get rateHeaders(): Record<string, string> { return this.hold.rateHeaders; }
@@ -74,10 +79,11 @@ export class Charge {
 
   /**
    * Prices `u` and makes its debit durable; the commit to PostgreSQL follows after. Final (the
-   * default): the hold is freed. A part (`seq`, not final): the hold stays for what is to come.
-   * Zero usage bills nothing and only frees the hold.
+   * default): the hold is freed. A part (`seq`, not final): the hold stays for what is to come, less
+   * `covers` (what was held for this part: by default its cost), so held + billed never counts the
+   * same work twice. Zero usage bills nothing (a final one frees the hold).
    */
-  async settle(u: Usage, opts: { seq?: number; final?: boolean; extra?: Record<string, unknown> } = {}): Promise<{ cost: Nanodollars }> {
+  async settle(u: Usage, opts: { seq?: number; final?: boolean; covers?: Nanodollars; extra?: Record<string, unknown> } = {}): Promise<{ cost: Nanodollars }> {
     const final = opts.final ?? true;
     if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
     const cost = this.cost(u);
@@ -85,11 +91,12 @@ export class Charge {
       if (final) await this.release();
       return { cost };
     }
+    const covered = opts.covers ?? cost;
     if (final) this.state = 'settled';
     const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq);
     const { debit } = this.debit(entry, opts.seq);
     try {
-      await this.hold.settle(debit, final);
+      await this.hold.settle(debit, final, covered);
     } catch (e) {
       // The durable record could not be written (Redis unreachable): commit now, with the caller waiting.
       log('warn', 'durable settle failed; committing directly', { debit: debit.id, error: String((e as Error)?.message ?? e) });
@@ -103,11 +110,12 @@ export class Charge {
 
   /**
    * Holds `amount` more for what a long session is about to do (the next response, the next
-   * generation), under the admission rule: balance and ceiling are checked again, 402 when spent.
+   * generation), under the admission rule: balance and ceiling are checked again, 402 when spent;
+   * with `countsAsRequest` the unit takes a token of the key's rpm too (429 when there is none).
    */
-  async extend(amount: bigint): Promise<void> {
+  async extend(amount: bigint, opts: { countsAsRequest?: boolean } = {}): Promise<void> {
     if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
-    await this.hold.extend(amount);
+    await this.hold.extend(amount, opts);
   }
 
   /** Frees the hold: nothing billed (a failed request). */

@@ -21,6 +21,7 @@ export class Committer {
   private readonly waiters = new Map<string, (() => void)[]>();
   private failing = 0;
   private closed = false;
+  /** Commit attempts that failed (each retried): a counter for /metrics. */
   commitsFailed = 0;
 
   constructor(private readonly settler: Settler, private readonly limiter: Limiter, private readonly db: Db) {}
@@ -32,9 +33,14 @@ export class Committer {
   get retrying(): number { return this.failing; }
 
   enqueue(debit: PendingDebit, entry: LedgerEntry): void {
-    this.inFlight++;
-    this.byAccount.set(debit.accountId, (this.byAccount.get(debit.accountId) ?? 0) + 1);
+    this.track(debit.accountId);
     void this.attempt(debit, entry, 0);
+  }
+
+  /** Counts a debit in flight until `landed` (the one place both ways in are counted). */
+  private track(accountId: string): void {
+    this.inFlight++;
+    this.byAccount.set(accountId, (this.byAccount.get(accountId) ?? 0) + 1);
   }
 
   /**
@@ -53,6 +59,7 @@ export class Committer {
   }
 
   private landed(accountId: string): void {
+    this.inFlight--;
     const n = (this.byAccount.get(accountId) ?? 1) - 1;
     if (n > 0) { this.byAccount.set(accountId, n); return; }
     this.byAccount.delete(accountId);
@@ -87,7 +94,6 @@ export class Committer {
       setTimeout(() => { void this.clear(debit, entry, null, tries + 1); }, this.closed ? 50 : wait).unref();
       return;
     }
-    this.inFlight--;
     this.landed(debit.accountId);
   }
 
@@ -97,8 +103,7 @@ export class Committer {
    */
   async commitNow(debit: PendingDebit, entry: LedgerEntry): Promise<void> {
     const result = await this.settler.submit(entry);
-    this.inFlight++;
-    this.byAccount.set(debit.accountId, (this.byAccount.get(debit.accountId) ?? 0) + 1);
+    this.track(debit.accountId);
     void this.clear(debit, entry, result, 0);
   }
 

@@ -16,6 +16,7 @@ export const RECOVERY_EVERY_MS = 1000;
 export class Recovery {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<void> = Promise.resolve();
+  /** Debits taken over from dead instances or replayed from the journal: a counter for /metrics. */
   recovered = 0;
 
   constructor(private readonly limiter: Limiter, private readonly committer: Committer) {}

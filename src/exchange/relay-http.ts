@@ -41,14 +41,17 @@ const MAX_BUFFERED = 64 * 1024 * 1024;
 
 /**
  * Waits for the upstream's answer; an error status, an unreachable host or a timeout bills nothing.
- * A 200 is metered as it passes: a buffered reply is priced, made durable, then sent whole; a
- * stream is forwarded read by read and, when it ends, breaks or the client leaves, billed for what
- * it produced. The ledger commit never holds the response.
+ * A 200 is metered as it passes: a buffered reply is priced, made durable, then sent whole (and
+ * billed whole even if the client has left meanwhile); a stream is forwarded read by read and, when
+ * it ends, breaks or the client leaves, billed for what it produced. The ledger commit never holds the response.
  */
 export async function relay(r: Relay): Promise<void> {
   try {
     const started = process.hrtime.bigint();
-    r.down.onAbort(r.call.abort);
+    // A stream the client leaves is stopped and billed for what it produced. A buffered reply is not
+    // stopped: the upstream cannot say what it produced before a cut, so it runs to the end and is
+    // billed in full, as the client asked (and as OpenAI bills an abandoned non-streamed request).
+    if (r.meter.mode === 'stream') r.down.onAbort(r.call.abort);
     const res = await r.call.response;
     if (res.statusCode !== 200) throw await r.upstreamError(res);
     const head = r.meter.onResponse(res.headers);
@@ -66,7 +69,7 @@ async function buffered(r: Relay, res: IncomingMessage, started: bigint, content
   await read(res, r.meter);
   r.down.upstreamNs = process.hrtime.bigint() - started;
   const body = r.meter.onEnd(true);
-  await r.charge.settle(r.meter.usage());
+  await r.charge.settle(r.meter.usage(), { extra: r.down.aborted ? { client_dropped: true } : {} });
   r.down.send(200, body, headers, contentType);
 }
 

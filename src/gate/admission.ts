@@ -16,11 +16,13 @@ export interface Hold {
   /** Frees the hold: nothing billed. */
   release(): Promise<void>;
   /** Turns the hold into its priced debit (final) or adds a part beside it; resolves once durable. */
-  settle(debit: PendingDebit, final: boolean): Promise<void>;
+  /** Final: the hold becomes the debit. A part: the debit is added and `covered` (default: its amount) comes off the hold. */
+  settle(debit: PendingDebit, final: boolean, covered?: bigint): Promise<void>;
   /** Records what the request has produced so far (billed if this process dies). */
   progress(debit: PendingDebit): void;
   /** Raises the hold by `amount` for a long session's next stretch; refused like admission (402). */
-  extend(amount: bigint): Promise<void>;
+  /** Holds `amount` more under the admission rule; `countsAsRequest` also takes a token of the key's rpm (a session's billed unit). */
+  extend(amount: bigint, opts?: { countsAsRequest?: boolean }): Promise<void>;
 }
 
 export interface AdmissionDeps {
@@ -144,10 +146,11 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       d.openHolds.releasing.add(p);
       await p;
     },
-    settle: async (debit, final) => {
+    settle: async (debit, final, covered = debit.amount) => {
       if (final && !close()) throw new Error(`hold ${holdId} is already closed`);
+      if (!final) held -= covered < held ? covered : held;
       try {
-        await d.limiter.settle(holdId, debit, final);
+        await d.limiter.settle(holdId, debit, final, covered);
       } catch (e) {
         // Not recorded (as far as we know): the caller commits the debit another way; the hold still goes.
         if (final) d.limiter.release(key.accountId, holdId).catch(() => retryRelease(d, key.accountId, holdId, 1));
@@ -155,17 +158,23 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       }
     },
     progress: (debit) => { if (open) d.limiter.progress(holdId, debit); },
-    extend: async (more) => {
+    extend: async (more, opts = {}) => {
       if (!open) throw new Error(`hold ${holdId} is closed`);
       const { balance, spent } = await moneyState(d, key);
       let r: ExtendOutcome;
       try {
-        r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs });
+        r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
+          ...(opts.countsAsRequest ? { rpm } : {}) });
       } catch {
         throw limitsUnavailable();
       }
       if (r.ok) { held += more; return; }
       d.metrics.rejection(r.reason);
+      if (r.reason === 'rate_limit_exceeded') {
+        throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
+          message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${rpm}. Please try again in ${goDuration(r.retryMs)}.`,
+          headers: { 'retry-after': String(Math.max(1, Math.ceil(r.retryMs / 1000))) } });
+      }
       if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });
       throw moneyRefused(key, r.reason);
     },

@@ -5,7 +5,7 @@ import type { KeyRecord, Scope } from '../store/keys.js';
 import type { StateCache } from './cache.js';
 type Headers = Record<string, string>;
 
-function invalidKey(message: string): GatewayError {
+export function invalidKey(message: string): GatewayError {
   return new GatewayError({ status: 401, code: 'invalid_api_key', type: 'invalid_request_error', message });
 }
 
@@ -33,6 +33,11 @@ export function presentedKey(headers: Headers): string | null {
 export async function authenticate(cache: StateCache, headers: Headers): Promise<KeyRecord> {
   const key = presentedKey(headers);
   if (key === null) throw invalidKey('No API key provided. Send it as `Authorization: Bearer svc_live_...` or in the `xi-api-key` header.');
+  return authenticateKey(cache, key);
+}
+
+/** A key presented anywhere (a header, a WebSocket's query, subprotocol or first frame), checked from memory. */
+export async function authenticateKey(cache: StateCache, key: string): Promise<KeyRecord> {
   if (!looksLikeKey(key)) throw invalidKey('Incorrect API key provided: it is not a Tollgate key (they start with `svc_live_`).');
   let rec: KeyRecord | null;
   try {

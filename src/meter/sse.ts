@@ -13,6 +13,13 @@ export interface SseMeterOptions {
   stripUsageChunk: boolean;
   /** Remove `usage` from ordinary chunks (continuous usage stats the client did not ask for). */
   stripChunkUsage: boolean;
+  /**
+   * The upstream reports running usage on its chunks (vLLM's continuous stats): the newest report
+   * replaces the last, and only the `choices: []` chunk is final. Otherwise every report is one task's
+   * whole usage and the stream's usage is their sum: an OpenAI-shaped host sends one; llama.cpp sends
+   * one per choice (n > 1) or per prompt, on the completions finish chunk or a chunk of its own.
+   */
+  runningUsage?: boolean;
   /** Re-shapes each parsed chunk (and the start and end of the stream) into other events: Responses translation. */
   translate?: { start(): string; chunk(obj: Record<string, unknown>): string; done(): string };
   /** Prompt tokens when the upstream reports none (a stream cut before its usage): counted by Tollgate. */
@@ -54,6 +61,8 @@ export class SseMeter implements Meter {
   reported: StreamUsage | null = null;
   /** The upstream's final usage arrived. */
   final = false;
+  /** Usage reports seen (each one task's whole usage, unless the upstream reports running usage). */
+  private reports = 0;
   /** The stream reached `[DONE]`. */
   done = false;
   /** Chunks that carried generated text/arguments, per choice: the fallback count of produced tokens. */
@@ -97,7 +106,9 @@ export class SseMeter implements Meter {
   }
 
   usage(): Usage {
-    return streamUsage(this.reported, this.final, this.done, this.producedTokens(), this.opts.promptTokens ?? (() => 0));
+    // Whole-task reports are final once the stream has ended with [DONE]: no task is left to report.
+    const final = this.final || (!this.opts.runningUsage && this.reports > 0 && this.done);
+    return streamUsage(this.reported, final, this.done, this.producedTokens(), this.opts.promptTokens ?? (() => 0));
   }
 
   /** Tokens produced so far: reported running usage if any, else the counted deltas. */
@@ -134,7 +145,12 @@ export class SseMeter implements Meter {
     let obj: Record<string, unknown>;
     try { obj = JSON.parse(payload) as Record<string, unknown>; } catch { return raw; }
     const usage = readUsage(obj.usage);
-    if (usage) this.reported = usage;
+    if (usage) {
+      const r = this.reported;
+      this.reported = this.opts.runningUsage || !r ? usage
+        : { input: r.input + usage.input, output: r.output + usage.output, reasoning: r.reasoning + usage.reasoning };
+      this.reports++;
+    }
     const choices = obj.choices as Record<string, unknown>[] | undefined;
     const translated = this.opts.translate?.chunk(obj);
     if (Array.isArray(choices) && choices.length === 0 && usage) {
@@ -152,7 +168,9 @@ export class SseMeter implements Meter {
       }
     }
     if (translated !== undefined) return translated;
-    if (usage && this.opts.stripChunkUsage) {
+    // Running usage the client did not ask for, or a task's usage on a chunk that carries choices
+    // (llama.cpp's completions finish chunk) when the client did not ask for usage: the chunk goes on without it.
+    if (usage && (this.opts.stripChunkUsage || this.opts.stripUsageChunk)) {
       obj.usage = null;
       if (this.opts.model !== undefined && typeof obj.model === 'string') obj.model = this.opts.model;
       return `data: ${JSON.stringify(obj)}\n\n`;

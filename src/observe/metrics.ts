@@ -21,6 +21,9 @@ export class Metrics {
   inFlight = (): number => 0;
   openHolds = (): number => 0;
   pendingDebits = (): number => 0;
+  retryingDebits = (): number => 0;
+  commitFailures = (): number => 0;
+  recoveredDebits = (): number => 0;
   keyLookups = (): number => 0;
 
   request(route: string, status: number, totalMs: number, upstreamMs: number): void {
@@ -52,6 +55,12 @@ export class Metrics {
     out.push(`tollgate_key_store_lookups_total ${this.keyLookups()}`);
     out.push('# HELP tollgate_pending_debits Priced debits made durable by this instance and not yet committed to the ledger.', '# TYPE tollgate_pending_debits gauge');
     out.push(`tollgate_pending_debits ${this.pendingDebits()}`);
+    out.push('# HELP tollgate_retrying_debits Pending debits whose last commit attempt failed (PostgreSQL unreachable); retried with backoff.', '# TYPE tollgate_retrying_debits gauge');
+    out.push(`tollgate_retrying_debits ${this.retryingDebits()}`);
+    out.push('# HELP tollgate_debit_commit_failures_total Debit commit attempts that failed and were retried.', '# TYPE tollgate_debit_commit_failures_total counter');
+    out.push(`tollgate_debit_commit_failures_total ${this.commitFailures()}`);
+    out.push('# HELP tollgate_recovered_debits_total Debits this instance committed for a dead instance or from its journal at start.', '# TYPE tollgate_recovered_debits_total counter');
+    out.push(`tollgate_recovered_debits_total ${this.recoveredDebits()}`);
     return `${out.join('\n')}\n`;
   }
 }

@@ -3,14 +3,16 @@ import uWS from '@trufflesuite/uws-js-unofficial';
 import type { Config } from '../config.js';
 import { GatewayError, internalError, notFound, type ErrorRenderer } from '../errors.js';
 import type { StateCache } from '../gate/cache.js';
-import { authenticate, requireScope } from '../gate/auth.js';
+import { authenticate, authenticateKey, invalidKey, presentedKey, requireScope } from '../gate/auth.js';
 import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
 import type { Metrics } from '../observe/metrics.js';
 import { log, requestLoggingEnabled } from '../observe/log.js';
-import { base62 } from '../store/ids.js';
+import { base62, newId } from '../store/ids.js';
 import { Ctx } from './context.js';
-import { readBody } from './body.js';
+import { readBody, streamBody, type BodyStream } from './body.js';
 import { Router, methodNotAllowed, type Match, type Mount } from './router.js';
+import { Session, refuseUpgrade, socketKey, type UpgradeRequest } from './ws.js';
+import type { KeyRecord } from '../store/keys.js';
 
 /** What the front end needs of the stages: keys to authenticate, admission for unbilled requests, metrics. */
 export interface FrontEndDeps { config: Config; cache: StateCache; admission: AdmissionDeps; metrics: Metrics }
@@ -29,6 +31,8 @@ export class Gateway {
   port = 0;
   private listenSocket: uWS.us_listen_socket | null = null;
   private readonly inFlight = new Set<Ctx>();
+  /** Open WebSocket sessions: each holds its concurrency slot until it closes. */
+  private readonly sessions = new Set<Session>();
   private readonly router: Router;
   private draining = false;
 
@@ -40,6 +44,38 @@ export class Gateway {
   async listen(): Promise<void> {
     const c = this.s.config;
     const app = uWS.App();
+    // Upgrade requests on a WebSocket route's path reach the socket handler; any other request falls through to the HTTP routes.
+    app.ws<{ session: Session }>('/*', {
+      maxPayloadLength: this.router.maxSocketMessage,
+      idleTimeout: 120,
+      sendPingsAutomatically: true,
+      maxBackpressure: 64 * 1024 * 1024, // sessions wait for the drain long before this (ws.ts)
+      upgrade: (res, req, context) => this.onUpgrade(res, req, context),
+      open: (ws) => {
+        const session = ws.getUserData().session;
+        session.ws = ws;
+        this.sessions.add(session);
+        session.handler?.opened?.();
+      },
+      message: (ws, message, isBinary) => {
+        const session = ws.getUserData().session;
+        if (message.byteLength > session.route.maxMessageBytes) {
+          session.close(1009, `a message may have at most ${session.route.maxMessageBytes} bytes`);
+          return;
+        }
+        // uWS reuses the message's memory once this callback returns: copy it.
+        session.enqueue(Buffer.from(message.slice(0)), isBinary);
+      },
+      drain: (ws) => ws.getUserData().session.drained(),
+      close: (ws, code) => {
+        const session = ws.getUserData().session;
+        session.onClosed();
+        this.sessions.delete(session);
+        void Promise.resolve(session.handler?.closed(code)).catch((e: unknown) => {
+          log('error', 'session close handler failed', { session: session.id, error: String((e as Error)?.stack ?? e) });
+        });
+      },
+    });
     app.any('/*', (res, req) => this.onRequest(res, req));
     await new Promise<void>((resolve, reject) => {
       app.listen(c.listen.host, c.listen.port, (sock) => {
@@ -60,17 +96,28 @@ export class Gateway {
     const m = this.router.match(ctx.method, ctx.path);
     ctx.family = m.family;
     let body: Promise<Buffer> | null = null;
+    let stream: BodyStream | null = null;
     if ('route' in m && BODY_METHODS.has(ctx.method)) {
-      body = readBody(ctx, m.route.bodyLimit ?? this.s.config.limits.maxBodyBytes);
-      body.catch(() => undefined);
+      const limit = m.route.bodyLimit ?? this.s.config.limits.maxBodyBytes;
+      if (m.route.body === 'stream') {
+        stream = streamBody(ctx, limit);
+        stream.on('error', () => undefined); // the handler sees the error where it reads
+      } else {
+        body = readBody(ctx, limit);
+        body.catch(() => undefined);
+      }
     } else if (BODY_METHODS.has(ctx.method)) {
       res.onData(() => undefined);
     }
     this.inFlight.add(ctx);
-    void this.dispatch(ctx, m, body).finally(() => this.finish(ctx));
+    void this.dispatch(ctx, m, body, stream).finally(() => {
+      // A body the handler did not read to the end (a refusal, an error) is discarded, not left paused.
+      if (stream && !stream.readableEnded) stream.destroy();
+      this.finish(ctx);
+    });
   }
 
-  private async dispatch(ctx: Ctx, m: Match, body: Promise<Buffer> | null): Promise<void> {
+  private async dispatch(ctx: Ctx, m: Match, body: Promise<Buffer> | null, stream: BodyStream | null): Promise<void> {
     let hold: Hold | null = null;
     try {
       if (this.draining) throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This instance is shutting down; retry.' });
@@ -88,7 +135,7 @@ export class Gateway {
         // route admits itself, with its balance and ceiling checks and its hold.
         if (!route.metered) hold = await admit(this.s.admission, ctx.key, `${ctx.requestId}/${base62(8)}`, 0n, false);
       }
-      await route.handler(ctx, { params, body: body ? await body : null });
+      await route.handler(ctx, { params, body: body ? await body : null, stream });
     } catch (e) {
       if (e instanceof GatewayError) {
         if (e.status !== 499) ctx.fail(e);
@@ -113,10 +160,64 @@ export class Gateway {
     }
   }
 
+  /**
+   * An upgrade on a WebSocket route: the key (headers, or where the route allows it), the scope and the
+   * route's admission run before the upgrade, and a refusal is an HTTP error in the family's envelope.
+   */
+  private onUpgrade(res: uWS.HttpResponse, req: uWS.HttpRequest, context: uWS.us_socket_context_t): void {
+    const path = req.getUrl();
+    const headers: Record<string, string> = {};
+    let headerBytes = 0;
+    req.forEach((k, v) => { headerBytes += k.length + v.length + 4; headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`; });
+    const secKey = req.getHeader('sec-websocket-key');
+    const secExtensions = req.getHeader('sec-websocket-extensions');
+    const protocols = (headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean);
+    const query = new URLSearchParams(req.getQuery() ?? '');
+    const given = headers['x-request-id'];
+    const requestId = given && /^[A-Za-z0-9._:-]{8,128}$/.test(given) ? given : newId('req');
+    let aborted = false;
+    res.onAborted(() => { aborted = true; });
+    const m = this.router.matchSocket(path);
+    if (!m) {
+      // Not a WebSocket route: HTTP routes and errors answer as usual (an upgrade on an HTTP path is a 404 there).
+      refuseUpgrade(res, notFound(path), this.router.familyOf(path), requestId);
+      return;
+    }
+    const { route, family, params } = m;
+    const up: UpgradeRequest = { path, query, headers, params, requestId, protocols };
+    void (async () => {
+      const session = new Session(route);
+      try {
+        if (this.draining) throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This instance is shutting down; retry.' });
+        if (headerBytes > MAX_HEADER_BYTES) throw new GatewayError({ status: 431, code: 'headers_too_large', message: `The request's headers are larger than ${MAX_HEADER_BYTES} bytes.` });
+        const presented = presentedKey(headers) ?? socketKey(route, up);
+        let key: KeyRecord | null = null;
+        if (presented !== null) key = (await route.authenticate?.(presented)) ?? await authenticateKey(this.s.cache, presented);
+        else if (!route.keyInFirstFrame) throw invalidKey('No API key provided. Send it as `Authorization: Bearer svc_live_...` or in the `xi-api-key` header.');
+        if (key) requireScope(key, route.scope);
+        const handler = await route.accept(up, key, session);
+        if (aborted) { await handler.closed(1006); return; }
+        session.handler = handler;
+        // The subprotocol answered: the first one offered that does not carry a key.
+        const echo = protocols.find((p) => !(route.keyFrom?.protocolPrefixes ?? []).some((x) => p.startsWith(x))) ?? '';
+        res.cork(() => res.upgrade({ session }, secKey, echo, secExtensions, context));
+      } catch (e) {
+        if (aborted) return;
+        if (e instanceof GatewayError) refuseUpgrade(res, e, family, requestId);
+        else {
+          log('error', 'unhandled error', { request_id: requestId, route: route.name, error: String((e as Error)?.stack ?? e) });
+          refuseUpgrade(res, internalError(), family, requestId);
+        }
+      }
+    })();
+  }
+
   /** Stops accepting and lets in-flight requests finish (their debits are then the stages' to commit). */
   async stop(drainMs = 30_000): Promise<void> {
     this.draining = true;
     if (this.listenSocket) { uWS.us_listen_socket_close(this.listenSocket); this.listenSocket = null; }
+    // Sessions finish what is under way, settle, and close with 1001 (going away).
+    await Promise.all([...this.sessions].map((x) => x.handler?.shutdown().catch(() => undefined)));
     const deadline = Date.now() + drainMs;
     while (this.inFlight.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
   }

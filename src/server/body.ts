@@ -1,4 +1,5 @@
 // Reads a request body from uWS into one Buffer, refusing it with 413 past the route's limit.
+import { Readable } from 'node:stream';
 import { GatewayError, clientClosed } from '../errors.js';
 import type { Ctx } from './context.js';
 
@@ -27,4 +28,49 @@ export function readBody(ctx: Ctx, limit: number): Promise<Buffer> {
       if (isLast) resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size));
     });
   });
+}
+
+/**
+ * The body as a Node Readable, with backpressure: uWS is paused while the reader lags and resumed when
+ * it reads. Past `limit` bytes (declared or counted) the stream fails with 413; a client that leaves
+ * fails it with client_closed. Must be called synchronously in the uWS handler, like readBody.
+ */
+export function streamBody(ctx: Ctx, limit: number): BodyStream {
+  const declared = Number(ctx.headers['content-length'] ?? NaN);
+  let paused = false;
+  const canTouch = (): boolean => !ctx.aborted && !ctx.finished;
+  const stream = new BodyStream({
+    highWaterMark: 256 * 1024,
+    read() {
+      if (paused && canTouch()) { paused = false; ctx.res.resume(); }
+    },
+  });
+  stream.on('close', () => {
+    // A reader that stops early (an error, a refusal) must not leave uWS paused: the rest is discarded.
+    stream.discarding = true;
+    if (paused && canTouch()) { paused = false; ctx.res.resume(); }
+  });
+  if (declared > limit) {
+    stream.discarding = true;
+    ctx.res.onData(() => undefined);
+    process.nextTick(() => stream.destroy(tooLarge(limit)));
+    return stream;
+  }
+  let size = 0;
+  ctx.onAbort(() => { if (!stream.readableEnded) stream.destroy(clientClosed()); });
+  ctx.res.onData((chunk, isLast) => {
+    if (stream.discarding) return;
+    size += chunk.byteLength;
+    if (size > limit) { stream.destroy(tooLarge(limit)); return; }
+    // uWS reuses the chunk's memory after this callback returns: copy it.
+    const more = stream.push(Buffer.from(chunk.slice(0)));
+    if (isLast) stream.push(null);
+    else if (!more && !paused) { paused = true; ctx.res.pause(); }
+  });
+  return stream;
+}
+
+/** A request body stream; `discarding` once its reader is gone (the rest of the body is dropped). */
+export class BodyStream extends Readable {
+  discarding = false;
 }

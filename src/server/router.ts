@@ -1,9 +1,12 @@
 // The routing table: each family's routes mounted under its prefixes; unknown paths are 404, known paths with other methods 405.
+import type { Readable } from 'node:stream';
 import { GatewayError, type ErrorRenderer } from '../errors.js';
 import type { Scope } from '../store/keys.js';
 import type { Ctx } from './context.js';
+import type { SocketRoute } from './ws.js';
 
-export interface RouteInput { params: Record<string, string>; body: Buffer | null }
+/** What a handler gets: path captures, and the body read whole (`buffer`) or as a stream (`stream`). */
+export interface RouteInput { params: Record<string, string>; body: Buffer | null; stream: Readable | null }
 
 export interface Route {
   method: 'GET' | 'POST' | 'DELETE' | 'PATCH' | 'PUT';
@@ -13,6 +16,8 @@ export interface Route {
   /** The handler admits the request itself, with money (it opens a Charge); others are admitted for rpm and concurrency only. */
   metered?: boolean;
   bodyLimit?: number;
+  /** `buffer` (default): the body read whole into `input.body`; `stream`: handed over unread as `input.stream`. */
+  body?: 'buffer' | 'stream';
   handler(ctx: Ctx, input: RouteInput): Promise<void>;
 }
 
@@ -20,6 +25,8 @@ export interface Route {
 export interface Mount {
   family: ErrorRenderer & { readonly prefixes: readonly string[] };
   routes: Route[];
+  /** WebSocket routes (an upgrade request on their path). */
+  sockets?: SocketRoute[];
   /** Mount under these prefixes instead of the family's own (console pages, health, metrics). */
   prefixes?: readonly string[];
 }
@@ -34,6 +41,7 @@ export type Match =
 export class Router {
   private readonly exact = new Map<string, Map<string, { route: Route; family: ErrorRenderer }>>();
   private readonly patterns: Compiled[] = [];
+  private readonly sockets: { route: SocketRoute; family: ErrorRenderer; parts: string[] }[] = [];
   /** Family prefixes, longest first: the envelope of a path that matches no route. */
   private readonly owners: { prefix: string; family: ErrorRenderer }[] = [];
 
@@ -41,6 +49,7 @@ export class Router {
     for (const m of mounts) {
       for (const prefix of m.family.prefixes) if (!this.owners.some((o) => o.prefix === prefix)) this.owners.push({ prefix, family: m.family });
       for (const prefix of m.prefixes ?? m.family.prefixes) {
+        for (const r of m.sockets ?? []) this.sockets.push({ route: r, family: m.family, parts: (prefix + r.path).split('/') });
         for (const r of m.routes) {
           const path = prefix + r.path;
           if (r.path.includes(':')) { this.patterns.push({ route: r, family: m.family, parts: path.split('/') }); continue; }
@@ -67,6 +76,21 @@ export class Router {
     }
     const family = this.familyOf(path);
     return allowed.length > 0 ? { allowed, family } : { family };
+  }
+
+  /** The WebSocket route on this path, if any. */
+  matchSocket(path: string): { route: SocketRoute; family: ErrorRenderer; params: Record<string, string> } | null {
+    const segs = path.split('/');
+    for (const c of this.sockets) {
+      const params = matchParts(c.parts, segs);
+      if (params) return { route: c.route, family: c.family, params };
+    }
+    return null;
+  }
+
+  /** The largest frame any WebSocket route takes (uWS applies one limit; routes check their own). */
+  get maxSocketMessage(): number {
+    return Math.max(16 * 1024, ...this.sockets.map((s) => s.route.maxMessageBytes));
   }
 
   /** The family whose prefix a path falls under (longest first), for the envelope of an error. */

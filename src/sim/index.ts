@@ -5,6 +5,11 @@ import { chatJob, completionBody, textJob } from './completions.js';
 import { embeddingsBody } from './embeddings.js';
 import { type Faults, faultsOf, numberHeader, sendError, sendJson, sendSimError, SimError } from './http.js';
 import { sendStream } from './stream.js';
+import { SimVoices } from './voices.js';
+import { voiceConversion } from './conversion.js';
+import { OPENAI_VOICES } from '../resolve/voices.js';
+import { speech } from './speech.js';
+import { transcribe } from './transcribe.js';
 
 export { countTokens } from './tokens.js';
 
@@ -38,6 +43,7 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
   const listJson = JSON.stringify({ object: 'list', data: [...models.values()].map(modelObject) });
   const defaultDelay = Math.max(0, opts.tokenDelayMs ?? 0);
   const stats: SimStats = { requests: 0, activeStreams: 0, abortedStreams: 0, completedStreams: 0 };
+  const voices = new SimVoices();
 
   const route = (method: string, path: string, raw: string, res: http.ServerResponse, faults: Faults): void => {
     if (method === 'GET' && path === '/v1/models') { sendJson(res, listJson, faults); return; }
@@ -47,6 +53,12 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
       const json = modelJson.get(id);
       if (json === undefined) throw new SimError(404, `The model \`${id}\` does not exist.`, 'model', 'model_not_found');
       sendJson(res, json, faults);
+      return;
+    }
+    if (method === 'POST' && path === '/v1/audio/speech') {
+      let b: Obj;
+      try { b = JSON.parse(raw) as Obj; } catch { throw new SimError(400, 'We could not parse the JSON body of your request.'); }
+      speech(b, res, faults);
       return;
     }
     const kind = method !== 'POST' ? undefined
@@ -96,6 +108,22 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
     if (path === '/health') { res.writeHead(200, { 'content-type': 'text/plain' }).end('ok'); return; }
     if (path === '/sim/stats') { res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(stats)); return; }
     stats.requests++;
+    // Binary (multipart) routes read their own bodies; the rest are JSON text.
+    if (path.startsWith('/v1/audio/voices') || path === '/v1/audio/voice-conversion') {
+      const fail = numberHeader(req, 'x-sim-fail-status');
+      if (fail !== null && fail >= 400 && fail <= 599) { req.resume(); sendError(res, Math.floor(fail), `Simulated failure (x-sim-fail-status: ${Math.floor(fail)}).`); return; }
+      if (path === '/v1/audio/voice-conversion' && req.method === 'POST') { void voiceConversion(req, res, (v) => voices.has(v) || OPENAI_VOICES.includes(v)); return; }
+      if (voices.route(req, res, path)) return;
+    }
+    // Multipart audio routes read their own (binary) bodies.
+    if (req.method === 'POST' && (path === '/v1/audio/transcriptions' || path === '/v1/audio/translations')) {
+      const fail = numberHeader(req, 'x-sim-fail-status');
+      if (fail !== null && fail >= 400 && fail <= 599) { req.resume(); sendError(res, Math.floor(fail), `Simulated failure (x-sim-fail-status: ${Math.floor(fail)}).`); return; }
+      transcribe(req, res, path.endsWith('translations') ? 'translate' : 'transcribe').catch((e: unknown) => {
+        if (!res.headersSent) sendError(res, 500, `The simulated upstream failed: ${(e as Error).message}`); else res.destroy();
+      });
+      return;
+    }
     let raw = '';
     req.setEncoding('utf8');
     req.on('data', (c: string) => { raw += c; });

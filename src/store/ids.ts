@@ -39,6 +39,6 @@ export function hashKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
-export function newId(kind: 'acct' | 'key' | 'req'): string {
-  return `${kind}_${base62(kind === 'req' ? 24 : 16)}`;
+export function newId(kind: 'acct' | 'key' | 'req' | 'sess'): string {
+  return `${kind}_${base62(kind === 'req' || kind === 'sess' ? 24 : 16)}`;
 }

@@ -4,24 +4,27 @@ import type { Route } from '../../server/router.js';
 import { chatPromptTokens, choicesTokens } from '../../meter/tokens.js';
 import { atMostOutput, unsupported, parseJson, rejectAsked } from '../validate.js';
 import { checkChat, CHAT_REJECTED } from './schemas.js';
-import { textExchange } from './metered.js';
+import { textExchange, type ExchangeClient } from './metered.js';
 
 export function chatRoutes(s: Services): Route[] {
   return [{
     method: 'POST', path: '/v1/chat/completions', name: 'chat.completions', scope: 'llm', metered: true,
-    handler: async (ctx, { body }) => {
-      const req = parseJson(checkChat, body, ctx.headers['content-type']);
-      rejectChatParams(req);
-      const model = s.models.resolve(req.model, 'chat');
-      atMostOutput(req, ['max_completion_tokens', 'max_tokens'], model);
-      const maxOut = req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens;
-      await textExchange(s, ctx, {
-        model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1),
-        promptTokens: () => chatPromptTokens(req.messages),
-        outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
-      });
-    },
+    handler: (ctx, { body }) => chatCompletion(s, ctx, body),
   }];
+}
+
+/** One chat completion, from a live request or a batch line: validated, refused parameters, metered. */
+export async function chatCompletion(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
+  const req = parseJson(checkChat, body, ctx.headers['content-type']);
+  rejectChatParams(req);
+  const model = s.models.resolve(req.model, 'chat');
+  atMostOutput(req, ['max_completion_tokens', 'max_tokens'], model);
+  const maxOut = req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens;
+  await textExchange(s, ctx, {
+    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1),
+    promptTokens: () => chatPromptTokens(req.messages),
+    outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
+  });
 }
 
 export function rejectChatParams(req: Record<string, unknown>): void {

@@ -4,36 +4,42 @@ import type { Route } from '../../server/router.js';
 import { choicesTokens, promptTokens } from '../../meter/tokens.js';
 import { atMostOutput, parseJson } from '../validate.js';
 import { checkCompletion, checkEmbedding } from './schemas.js';
-import { textExchange } from './metered.js';
+import { textExchange, type ExchangeClient } from './metered.js';
 
 export function completionRoutes(s: Services): Route[] {
   return [
     {
       method: 'POST', path: '/v1/completions', name: 'completions', scope: 'llm', metered: true,
-      handler: async (ctx, { body }) => {
-        const req = parseJson(checkCompletion, body, ctx.headers['content-type']);
-        const model = s.models.resolve(req.model, 'chat');
-        atMostOutput(req, ['max_tokens'], model);
-        const prompts = Array.isArray(req.prompt) && (typeof req.prompt[0] === 'string' || Array.isArray(req.prompt[0])) ? req.prompt.length : 1;
-        const perChoice = Math.min(req.max_tokens ?? 16, model.maxOutputTokens);
-        await textExchange(s, ctx, {
-          model, body: body!, parsed: req, upstreamPath: '/v1/completions',
-          maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts,
-          promptTokens: () => promptTokens(req.prompt),
-          outputTokens: (json) => choicesTokens(json, (c) => c.text),
-        });
-      },
+      handler: (ctx, { body }) => completion(s, ctx, body),
     },
     {
       method: 'POST', path: '/v1/embeddings', name: 'embeddings', scope: 'llm', metered: true,
-      handler: async (ctx, { body }) => {
-        const req = parseJson(checkEmbedding, body, ctx.headers['content-type']);
-        const model = s.models.resolve(req.model, 'embedding');
-        await textExchange(s, ctx, {
-          model, body: body!, parsed: req, upstreamPath: '/v1/embeddings', maxOutputTokens: 0,
-          promptTokens: () => promptTokens(req.input), outputTokens: () => 0,
-        });
-      },
+      handler: (ctx, { body }) => embedding(s, ctx, body),
     },
   ];
+}
+
+/** One legacy completion, from a live request or a batch line. */
+export async function completion(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
+  const req = parseJson(checkCompletion, body, ctx.headers['content-type']);
+  const model = s.models.resolve(req.model, 'chat');
+  atMostOutput(req, ['max_tokens'], model);
+  const prompts = Array.isArray(req.prompt) && (typeof req.prompt[0] === 'string' || Array.isArray(req.prompt[0])) ? req.prompt.length : 1;
+  const perChoice = Math.min(req.max_tokens ?? 16, model.maxOutputTokens);
+  await textExchange(s, ctx, {
+    model, body: body!, parsed: req, upstreamPath: '/v1/completions',
+    maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts,
+    promptTokens: () => promptTokens(req.prompt),
+    outputTokens: (json) => choicesTokens(json, (c) => c.text),
+  });
+}
+
+/** One embeddings request, from a live request or a batch line. */
+export async function embedding(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
+  const req = parseJson(checkEmbedding, body, ctx.headers['content-type']);
+  const model = s.models.resolve(req.model, 'embedding');
+  await textExchange(s, ctx, {
+    model, body: body!, parsed: req, upstreamPath: '/v1/embeddings', maxOutputTokens: 0,
+    promptTokens: () => promptTokens(req.input), outputTokens: () => 0,
+  });
 }

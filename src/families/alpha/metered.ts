@@ -1,9 +1,9 @@
 // One OpenAI-shaped text exchange: the charge, the only body rewrite we make, the upstream call, the meter and the relay.
 import type { Services } from '../../services.js';
-import type { Ctx } from '../../server/context.js';
+import type { KeyRecord } from '../../store/keys.js';
 import type { ModelConfig } from '../../config.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay } from '../../exchange/relay-http.js';
+import { relay, type Downstream } from '../../exchange/relay-http.js';
 import type { Meter } from '../../exchange/meter.js';
 import { SseMeter, type SseMeterOptions } from '../../meter/sse.js';
 import { ResponsesSseMeter } from '../../meter/responses-sse.js';
@@ -28,10 +28,25 @@ export interface TextExchange {
   reshape?: { json(json: Record<string, unknown>): string; stream(): NonNullable<SseMeterOptions['translate']> };
 }
 
+/**
+ * Who an exchange answers: a live request's Ctx, or a batch line whose Downstream collects the reply.
+ * `debit` names the ledger entry when it is not the request id (a batch line: `batch:<batch_id>:<custom_id>`,
+ * with one nonce for every attempt of the line, so a line run again after a crash is billed once).
+ */
+export interface ExchangeClient extends Downstream {
+  readonly key: KeyRecord | null;
+  readonly requestId: string;
+  readonly routeName: string;
+  readonly headers: Record<string, string>;
+  /** `batch`: priced at the model's batch prices. */
+  readonly debit?: { id: string; nonce: string; batch?: boolean };
+}
+
 /** Admits with the worst case, calls the upstream, and relays its reply through the meter that fits it. */
-export async function textExchange(s: Services, ctx: Ctx, x: TextExchange): Promise<void> {
+export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExchange): Promise<void> {
   const charge = await Charge.open(s, {
-    key: ctx.key!, id: ctx.requestId, model: x.model, reason: ctx.routeName,
+    key: ctx.key!, id: ctx.debit?.id ?? ctx.requestId, nonce: ctx.debit?.nonce, reason: ctx.routeName,
+    model: ctx.debit?.batch ? { id: x.model.id, prices: x.model.batchPrices } : x.model,
     worst: { inputTokens: x.body.length, outputTokens: x.maxOutputTokens, characters: 0, audioInMs: 0, audioOutMs: 0 },
   });
   const stream = x.parsed.stream === true;
@@ -43,7 +58,7 @@ export async function textExchange(s: Services, ctx: Ctx, x: TextExchange): Prom
   if (!stream) meter = new JsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, reshape: x.reshape?.json, model });
   else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens, model);
   else {
-    meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: up.continuousUsage && !x.upstreamBody,
+    meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: up.continuousUsage && !x.upstreamBody, runningUsage: up.continuousUsage,
       translate: x.reshape?.stream(), promptTokens: x.promptTokens, model });
   }
   let call;

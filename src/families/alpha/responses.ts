@@ -3,7 +3,7 @@ import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
 import { atMostOutput, compile, parseJson, rejectAsked } from '../validate.js';
-import { textExchange } from './metered.js';
+import { textExchange, type ExchangeClient } from './metered.js';
 import { chatPromptTokens, choicesTokens, countTokens } from '../../meter/tokens.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
 import { ResponsesStream } from './responses-stream.js';
@@ -21,33 +21,36 @@ const check = compile(ResponsesRequest);
 export function responsesRoutes(s: Services): Route[] {
   return [{
     method: 'POST', path: '/v1/responses', name: 'responses', scope: 'llm', metered: true,
-    handler: async (ctx, { body }) => {
-      const req = parseJson(check, body, ctx.headers['content-type']) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
-      rejectAsked(req, RESPONSES_REJECTED);
-      const model = s.models.resolve(req.model, 'chat');
-      atMostOutput(req, ['max_output_tokens'], model);
-      const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
-      if (s.upstreams.config(model.upstream).responsesApi) {
-        // The host serves the Responses API itself: pass through (renaming the model only), metered
-        // from its own Responses events and usage.
-        await textExchange(s, ctx, {
-          model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
-          promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
-          outputTokens: (json) => countTokens(responsesText(json)),
-        });
-        return;
-      }
-      const chat = toChat(req, model.upstreamModel);
-      const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
-      await textExchange(s, ctx, {
-        model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut,
-        upstreamBody: Buffer.from(JSON.stringify(chat)),
-        promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
-        outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
-        reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
-      });
-    },
+    handler: (ctx, { body }) => response(s, ctx, body),
   }];
+}
+
+/** One Responses request, from a live request or a batch line. */
+export async function response(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
+  const req = parseJson(check, body, ctx.headers['content-type']) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
+  rejectAsked(req, RESPONSES_REJECTED);
+  const model = s.models.resolve(req.model, 'chat');
+  atMostOutput(req, ['max_output_tokens'], model);
+  const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
+  if (s.upstreams.config(model.upstream).responsesApi) {
+    // The host serves the Responses API itself: pass through (renaming the model only), metered
+    // from its own Responses events and usage.
+    await textExchange(s, ctx, {
+      model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
+      promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
+      outputTokens: (json) => countTokens(responsesText(json)),
+    });
+    return;
+  }
+  const chat = toChat(req, model.upstreamModel);
+  const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
+  await textExchange(s, ctx, {
+    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut,
+    upstreamBody: Buffer.from(JSON.stringify(chat)),
+    promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
+    outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
+    reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
+  });
 }
 
 /** The text a buffered Response produced (messages and function-call arguments): counted when it reports no usage. */

@@ -1,14 +1,23 @@
 // The beta family: the ElevenLabs API shape under /beta, with its FastAPI-style `detail` envelope.
 import type { Family } from '../family.js';
+import type { GatewayError } from '../../errors.js';
 import { openAiUpstreamError } from '../upstream-error.js';
+
+/** The specification's envelope, carried in the same body so that a client reading either finds the error. */
+function errorObject(err: GatewayError): Record<string, unknown> {
+  return { code: err.code, message: err.message, type: err.type, param: err.param };
+}
 
 export const beta: Family = {
   name: 'beta',
   prefixes: ['/beta'],
   render(err, requestId) {
-    // ElevenLabs clients read FastAPI-style bodies; 422 carries the validation list as `detail`.
-    if (err.status === 422 && err.detail) return JSON.stringify({ detail: err.detail });
-    return JSON.stringify({ detail: { status: err.code, code: err.code, type: err.type, message: err.message, request_id: requestId } });
+    // ElevenLabs clients read FastAPI-style bodies; a 422 carries the validation list as `detail`.
+    if (err.status === 422 && err.detail) return JSON.stringify({ detail: err.detail, error: errorObject(err) });
+    return JSON.stringify({
+      detail: { status: err.code, message: err.message, code: err.code, type: err.type, request_id: requestId },
+      error: errorObject(err),
+    });
   },
   // The speech upstreams speak the OpenAI-compatible protocol too.
   upstreamError: openAiUpstreamError,

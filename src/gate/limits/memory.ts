@@ -65,6 +65,17 @@ export class MemoryLimiter implements Limiter {
     const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
     const refused = this.money(acct, i, mine.amount);
     if (refused) return { ok: false, reason: refused };
+    if (i.rpm !== undefined) {
+      // A session's billed unit counts as a request: it takes a token of the key's rpm.
+      const now = Date.now();
+      const rate = i.rpm / 60_000;
+      const b = this.buckets.get(i.keyId) ?? { tokens: i.rpm, ts: now };
+      const tokens = Math.min(i.rpm, b.tokens + (now - b.ts) * rate);
+      b.ts = now;
+      this.buckets.set(i.keyId, b);
+      if (tokens < 1) { b.tokens = tokens; return { ok: false, reason: 'rate_limit_exceeded', retryMs: Math.ceil((1 - tokens) / rate) }; }
+      b.tokens = tokens - 1;
+    }
     h.amount += i.amount;
     h.exp = Date.now() + i.ttlMs;
     acct.total += i.amount;
@@ -94,15 +105,28 @@ export class MemoryLimiter implements Limiter {
     if (this.progressed.delete(holdId)) this.journal?.committed([holdId]);
   }
 
-  async settle(holdId: string, d: PendingDebit, final: boolean): Promise<void> {
+  async settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount): Promise<void> {
     // The journal line first: once it is written, the debit survives this process.
     this.journal?.record(d.id, d.entry);
     const acct = this.account(d.accountId);
     if (final) {
       this.drop(acct, holdId);
       if (this.progressed.delete(holdId) && d.id !== holdId) this.journal?.committed([holdId]);
+    } else if (!acct.pending.has(d.id)) {
+      this.shrink(acct, holdId, covered);
     }
     this.addPending(acct, d);
+  }
+
+  /** Takes `amount` off an open hold (a part settled the stretch it covered), never below zero. */
+  private shrink(acct: Account, holdId: string, amount: bigint): void {
+    const h = acct.holds.get(holdId);
+    if (!h || amount <= 0n) return;
+    const off = amount < h.amount ? amount : h.amount;
+    h.amount -= off;
+    acct.total -= off;
+    const k = acct.byKey.get(h.keyId);
+    if (k) k.amount -= off;
   }
 
   progress(holdId: string, d: PendingDebit): void {

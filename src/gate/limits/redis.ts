@@ -49,6 +49,18 @@ local function newer_spend(sum, field, start, spent, ver)
   end
   redis.call('HSET', sum, field, start .. '|' .. spent .. '|' .. ver)
 end
+-- The money rule (admission and extension alike): takes the committed balance and spend passed in if
+-- newer, then 0 = room left, 1 = balance used up by holds and pending debits, 2 = the key's ceiling reached.
+local function money(sum, k, bal, bver, ceiling, field, start, spent, sver)
+  newer_balance(sum, bal, bver)
+  newer_spend(sum, field, start, spent, sver)
+  local v = redis.call('HMGET', sum, 'bal', 'total', 'a:' .. k, field)
+  if tonumber(v[1]) - tonumber(v[2] or '0') <= 0 then return 1 end
+  local s0, used = string.match(v[4], '^([^|]*)|(%d+)|')
+  if s0 ~= start then used = '0' end
+  if ceiling ~= '' and tonumber(used) + tonumber(v[3] or '0') >= tonumber(ceiling) then return 2 end
+  return 0
+end
 local function idle_expiry(sum, pend, ms)
   if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
 end
@@ -60,18 +72,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sum, holds, exp, run, pend, rb = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local rid, kid, hold = ARGV[1], ARGV[2], ARGV[3]
-local rpm, conc, money = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local rpm, conc, withMoney = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local ttl, owner = tonumber(ARGV[14]), ARGV[15]
 for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do drop(sum, holds, exp, run, r) end
-if money == '1' then
-  newer_balance(sum, ARGV[7], ARGV[8])
-  newer_spend(sum, ARGV[10], ARGV[11], ARGV[12], ARGV[13])
-  local v = redis.call('HMGET', sum, 'bal', 'total', 'a:' .. kid, ARGV[10])
-  local bal, total, mine = tonumber(v[1]), tonumber(v[2] or '0'), tonumber(v[3] or '0')
-  if bal - total <= 0 then return {1} end
-  local s0, spent = string.match(v[4], '^([^|]*)|(%d+)|')
-  if s0 ~= ARGV[11] then spent = '0' end
-  if ARGV[9] ~= '' and tonumber(spent) + mine >= tonumber(ARGV[9]) then return {2} end
+if withMoney == '1' then
+  local m = money(sum, kid, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13])
+  if m ~= 0 then return {m} end
 end
 local b = redis.call('HMGET', rb, 't', 'ts')
 local rate = rpm / 60000
@@ -101,25 +107,34 @@ idle_expiry(sum, pend, ttl + 60000)
 return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
 `;
 
-// KEYS: sum holds exp. ARGV: hold amount bal bver ceiling field start spent sver ttl
+// KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token)
 const EXTEND = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local sum, holds, exp = KEYS[1], KEYS[2], KEYS[3]
+local sum, holds, exp, rb = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local rec = redis.call('HGET', holds, ARGV[1])
-if not rec then return 3 end
+if not rec then return {3} end
 local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
-newer_balance(sum, ARGV[3], ARGV[4])
-newer_spend(sum, ARGV[6], ARGV[7], ARGV[8], ARGV[9])
-local v = redis.call('HMGET', sum, 'bal', 'total', 'a:' .. k, ARGV[6])
-if tonumber(v[1]) - tonumber(v[2] or '0') <= 0 then return 1 end
-local s0, spent = string.match(v[4], '^([^|]*)|(%d+)|')
-if s0 ~= ARGV[7] then spent = '0' end
-if ARGV[5] ~= '' and tonumber(spent) + tonumber(v[3] or '0') >= tonumber(ARGV[5]) then return 2 end
+local m = money(sum, k, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
+if m ~= 0 then return {m} end
+if ARGV[11] ~= '' then
+  -- A session's billed unit counts as a request: it takes a token of the key's rpm.
+  local rpm = tonumber(ARGV[11])
+  local rate = rpm / 60000
+  local b = redis.call('HMGET', rb, 't', 'ts')
+  local tokens = math.min(rpm, (tonumber(b[1]) or rpm) + math.max(0, now - (tonumber(b[2]) or now)) * rate)
+  if tokens < 1 then
+    redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
+    redis.call('PEXPIRE', rb, 120000)
+    return {4, math.ceil((1 - tokens) / rate)}
+  end
+  redis.call('HSET', rb, 't', tostring(tokens - 1), 'ts', tostring(now))
+  redis.call('PEXPIRE', rb, 120000)
+end
 redis.call('HSET', holds, ARGV[1], k .. '|' .. string.format('%d', tonumber(amt) + tonumber(ARGV[2])) .. '|' .. owner)
 add(sum, k, ARGV[2])
 redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
-return 0
+return {0}
 `;
 
 // KEYS: sum holds exp run. ARGV: the hold ids of one account released in one event-loop turn.
@@ -131,10 +146,22 @@ return #ARGV
 // KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final
 const SETTLE = `${LIB}
 local owner = ARGV[1]
-for i = 2, #ARGV, 6 do
-  if ARGV[i + 5] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i]) end
+for i = 2, #ARGV, 7 do
   -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
   local prior = redis.call('HGET', KEYS[5], ARGV[i + 1])
+  if ARGV[i + 5] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i])
+  elseif not prior then
+    -- A part: the stretch of the hold it used (ARGV[i + 6]) comes off the hold, never below zero.
+    local rec = redis.call('HGET', KEYS[2], ARGV[i])
+    if rec then
+      local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+      local off = math.min(tonumber(amt), tonumber(ARGV[i + 6]))
+      if off > 0 then
+        redis.call('HSET', KEYS[2], ARGV[i], k .. '|' .. string.format('%d', tonumber(amt) - off) .. '|' .. owner)
+        add(KEYS[1], k, string.format('%d', -off))
+      end
+    end
+  end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
     add(KEYS[1], pk, neg(pa))
@@ -223,7 +250,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LI
 type Scripted = Redis & {
   tgAdmit(...args: string[]): Promise<number[]>;
   tgRelease(...args: string[]): Promise<number>;
-  tgExtend(...args: string[]): Promise<number>;
+  tgExtend(...args: string[]): Promise<number[]>;
   tgSettle(...args: string[]): Promise<number>;
   tgCommitted(...args: string[]): Promise<number>;
   tgTakeover(...args: string[]): Promise<string[]>;
@@ -243,7 +270,7 @@ export class RedisLimiter implements Limiter {
   readonly owner = `i${randomBytes(6).toString('hex')}`;
   private readonly redis: Scripted;
   private releases = new Map<string, Batch<string>>();
-  private settles = new Map<string, Batch<[string, PendingDebit, boolean]>>();
+  private settles = new Map<string, Batch<[string, PendingDebit, boolean, bigint]>>();
   private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
   /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
   private readonly listed = new Set<string>();
@@ -265,7 +292,7 @@ export class RedisLimiter implements Limiter {
     });
     r.defineCommand('tgAdmit', { numberOfKeys: 6, lua: ADMIT });
     r.defineCommand('tgRelease', { numberOfKeys: 4, lua: RELEASE });
-    r.defineCommand('tgExtend', { numberOfKeys: 3, lua: EXTEND });
+    r.defineCommand('tgExtend', { numberOfKeys: 4, lua: EXTEND });
     r.defineCommand('tgSettle', { numberOfKeys: 5, lua: SETTLE });
     r.defineCommand('tgCommitted', { numberOfKeys: 2, lua: COMMITTED });
     r.defineCommand('tgTakeover', { numberOfKeys: 5, lua: TAKEOVER });
@@ -327,9 +354,16 @@ export class RedisLimiter implements Limiter {
   async extend(i: ExtendInput): Promise<ExtendOutcome> {
     const [sum, holds, exp] = this.keys(i.accountId);
     const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
-    const r = await this.redis.tgExtend(sum, holds, exp, i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
-      i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs));
-    return r === 0 ? { ok: true } : { ok: false, reason: r === 1 ? 'insufficient_balance' : r === 2 ? 'key_spend_limit_reached' : 'missing' };
+    const r = await this.redis.tgExtend(sum, holds, exp, `${this.prefix}rpm:${i.keyId}`, i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
+      i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs),
+      i.rpm === undefined ? '' : String(i.rpm));
+    switch (r[0]) {
+      case 0: return { ok: true };
+      case 1: return { ok: false, reason: 'insufficient_balance' };
+      case 2: return { ok: false, reason: 'key_spend_limit_reached' };
+      case 4: return { ok: false, reason: 'rate_limit_exceeded', retryMs: r[1]! };
+      default: return { ok: false, reason: 'missing' };
+    }
   }
 
   /**
@@ -350,9 +384,9 @@ export class RedisLimiter implements Limiter {
   }
 
   /** Like releases, the turn's settles of one account go as one script call; each resolves once Redis has it. */
-  settle(holdId: string, d: PendingDebit, final: boolean): Promise<void> {
+  settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount): Promise<void> {
     this.list(d.accountId);
-    return this.queue(this.settles, d.accountId, [holdId, d, final], () => this.flushSettles());
+    return this.queue(this.settles, d.accountId, [holdId, d, final, covered], () => this.flushSettles());
   }
 
   private flushSettles(): void {
@@ -360,7 +394,7 @@ export class RedisLimiter implements Limiter {
     this.settles = new Map();
     for (const [accountId, b] of due) {
       const args: string[] = [this.owner];
-      for (const [holdId, d, final] of b.items) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0');
+      for (const [holdId, d, final, covered] of b.items) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString());
       this.redis.tgSettle(...this.keys(accountId), ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }
   }

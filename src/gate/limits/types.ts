@@ -21,9 +21,16 @@ export interface AdmitInput {
   ttlMs: number;            // a hold whose owner is alive but lost it is dropped after this
 }
 
-export type ExtendInput = Pick<AdmitInput, 'holdId' | 'accountId' | 'keyId' | 'balance' | 'ceiling' | 'spent' | 'ttlMs'> & { amount: bigint };
+export type ExtendInput = Pick<AdmitInput, 'holdId' | 'accountId' | 'keyId' | 'balance' | 'ceiling' | 'spent' | 'ttlMs'> & {
+  amount: bigint;
+  /** The key's rpm, when this extension is a billed unit of a session that counts as a request (it takes a token). */
+  rpm?: number;
+};
 
-export type ExtendOutcome = { ok: true } | { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached' | 'missing' };
+export type ExtendOutcome =
+  | { ok: true }
+  | { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached' | 'missing' }
+  | { ok: false; reason: 'rate_limit_exceeded'; retryMs: number };
 
 export type AdmitOutcome =
   | { ok: true; remaining: number; resetMs: number }
@@ -64,9 +71,11 @@ export interface Limiter {
   /**
    * Replaces a hold by its priced debit (final) or adds a part beside it (not final), durably: in
    * Redis in the same script that frees the hold, in process through an append-only journal.
-   * Resolves once it is durable; the ledger commit comes after.
+   * A part takes `covered` off the hold (the stretch of it the part used, never below zero), so a
+   * session's hold plus its pending parts never count the same work twice. Resolves once it is
+   * durable; the ledger commit comes after.
    */
-  settle(holdId: string, debit: PendingDebit, final: boolean): Promise<void>;
+  settle(holdId: string, debit: PendingDebit, final: boolean, covered?: bigint): Promise<void>;
   /** Records what an open hold has produced so far, so that a crash still bills it. Best effort. */
   progress(holdId: string, debit: PendingDebit): void;
   /** The debits are in the ledger: they stop counting as pending; the committed state replaces them. */

@@ -97,7 +97,7 @@ def test_explicit_base64_embeddings_are_little_endian_float32_and_match_the_spec
     assert [d.embedding for d in parsed.data] == strings
 
 
-def test_the_model_list_shows_the_three_simulated_models_and_matches_the_spec(client, spec):
+def test_the_model_list_shows_the_simulated_models_and_matches_the_spec(client, spec):
     raw = client.models.with_raw_response.list()
     body = raw.http_response.json()
     spec.assert_valid("ListModelsResponse", body)
@@ -106,7 +106,7 @@ def test_the_model_list_shows_the_three_simulated_models_and_matches_the_spec(cl
 
     models = list(raw.parse())
     ids = [m.id for m in models]
-    assert sorted(ids) == ["sim-chat", "sim-embed", "sim-reasoner"]
+    assert sorted(ids) == ["sim-chat", "sim-embed", "sim-reasoner", "sim-sts", "sim-stt", "sim-tts", "sim-tts-clone"]
     for m in models:
         assert m.object == "model"
         assert m.owned_by == "tollgate-sim"

@@ -1,0 +1,99 @@
+// Batches under /alpha/v1: create (balance and ceiling checked), list, retrieve, cancel; and the endpoints a batch line may call.
+import { Type } from '@sinclair/typebox';
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import { GatewayError } from '../../errors.js';
+import { admit } from '../../gate/admission.js';
+import { base62 } from '../../store/ids.js';
+import { getFile } from '../../store/files.js';
+import { batchObject, cancelBatch, createBatch, getBatch, listBatches } from '../../store/batches.js';
+import type { BatchEndpoints } from '../../jobs/batch-worker.js';
+import { compile, parseJson } from '../validate.js';
+import { alpha } from './family.js';
+import { chatCompletion } from './chat.js';
+import { completion, embedding } from './completions.js';
+import { response } from './responses.js';
+import { intParam, noSuch } from './files.js';
+
+const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses'] as const;
+const WINDOW_MS = 24 * 3600 * 1000;
+
+const CreateBatch = Type.Object({
+  input_file_id: Type.String({ minLength: 1 }),
+  endpoint: Type.Union(ENDPOINTS.map((e) => Type.Literal(e))),
+  completion_window: Type.Literal('24h'),
+  metadata: Type.Optional(Type.Union([Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 512 }), { maxProperties: 16 }), Type.Null()])),
+}, { additionalProperties: true });
+const check = compile(CreateBatch);
+
+/** What each batch endpoint runs: the live route's own function (same validation, refused parameters, upstream and meter). */
+export function batchEndpoints(): BatchEndpoints {
+  return {
+    runners: new Map([
+      ['/v1/chat/completions', { run: chatCompletion, name: 'chat.completions' }],
+      ['/v1/completions', { run: completion, name: 'completions' }],
+      ['/v1/embeddings', { run: embedding, name: 'embeddings' }],
+      ['/v1/responses', { run: response, name: 'responses' }],
+    ]),
+    render: (err, requestId) => alpha.render(err, requestId),
+  };
+}
+
+export function batchRoutes(s: Services): Route[] {
+  return [
+    {
+      method: 'POST', path: '/v1/batches', name: 'batches.create', scope: 'batch', metered: true,
+      handler: async (ctx, { body }) => {
+        const req = parseJson(check, body, ctx.headers['content-type']);
+        const key = ctx.key!;
+        // Balance > 0 and the key under its ceiling (402 otherwise), with rpm and concurrency; nothing is held:
+        // each line reserves its own worst case when it runs.
+        const hold = await admit(s.admission, key, `batches.create/${ctx.requestId}/${base62(8)}`, 0n);
+        await hold.release();
+        const file = await getFile(s.db, key.accountId, req.input_file_id);
+        if (!file) throw noSuch('file', req.input_file_id, 'input_file_id');
+        if (file.purpose !== 'batch') {
+          throw new GatewayError({ status: 400, code: 'invalid_value', param: 'input_file_id', message: `File ${file.id} has purpose "${file.purpose}"; a batch reads a file uploaded with purpose "batch".` });
+        }
+        const { input_file_id, endpoint, completion_window, metadata, ...extra } = req;
+        const b = await createBatch(s.db, {
+          accountId: key.accountId, keyId: key.id, endpoint, inputFileId: input_file_id, completionWindow: completion_window,
+          windowMs: WINDOW_MS, metadata, extra: extra as Record<string, unknown>,
+        });
+        ctx.json(200, batchObject(b));
+      },
+    },
+    {
+      method: 'GET', path: '/v1/batches', name: 'batches.list', scope: 'batch',
+      handler: async (ctx) => {
+        const q = new URLSearchParams(ctx.query);
+        const limit = intParam(q, 'limit', 20, 1, 100);
+        const rows = await listBatches(s.db, ctx.key!.accountId, { limit, after: q.get('after') ?? undefined });
+        const page = rows.slice(0, limit);
+        ctx.json(200, {
+          object: 'list', data: page.map(batchObject), has_more: rows.length > limit,
+          ...(page.length > 0 ? { first_id: page[0]!.id, last_id: page.at(-1)!.id } : {}),
+        });
+      },
+    },
+    {
+      method: 'GET', path: '/v1/batches/:batch_id', name: 'batches.retrieve', scope: 'batch',
+      handler: async (ctx, { params }) => {
+        const b = await getBatch(s.db, ctx.key!.accountId, params.batch_id!);
+        if (!b) throw noSuch('batch', params.batch_id!);
+        ctx.json(200, batchObject(b));
+      },
+    },
+    {
+      method: 'POST', path: '/v1/batches/:batch_id/cancel', name: 'batches.cancel', scope: 'batch',
+      handler: async (ctx, { params }) => {
+        const b = await cancelBatch(s.db, ctx.key!.accountId, params.batch_id!);
+        if (!b) throw noSuch('batch', params.batch_id!);
+        if (b.status !== 'cancelling' && b.status !== 'cancelled') {
+          throw new GatewayError({ status: 409, code: 'batch_not_cancellable', message: `Batch ${b.id} is ${b.status}; only a validating or in-progress batch can be cancelled.` });
+        }
+        ctx.json(200, batchObject(b));
+      },
+    },
+  ];
+}

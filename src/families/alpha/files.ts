@@ -1,0 +1,117 @@
+// Files under /alpha/v1: upload (multipart, streamed into the store), list, retrieve, content (streamed out), delete.
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import type { Readable } from 'node:stream';
+import type { Ctx } from '../../server/context.js';
+import { GatewayError } from '../../errors.js';
+import { readMultipart, invalidMultipart } from '../../server/multipart.js';
+import { deleteFile, dropFile, publishFile, fileChunks, fileObject, getFile, listFiles, newFileId, storeFile, type FileRow } from '../../store/files.js';
+
+/** What CreateFileRequest's `purpose` may be. */
+const PURPOSES = ['assistants', 'batch', 'fine-tune', 'vision', 'user_data', 'evals'];
+
+export function noSuch(what: 'file' | 'batch', id: string, param: string | null = null): GatewayError {
+  return new GatewayError({ status: 404, code: 'not_found', param, message: `No ${what} with id '${id.slice(0, 128)}' found.` });
+}
+
+/** A query's integer in [min, max], or its default; anything else is 400 naming the parameter. */
+export function intParam(q: URLSearchParams, name: string, def: number, min: number, max: number): number {
+  const v = q.get(name);
+  if (v === null || v === '') return def;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new GatewayError({ status: 400, code: 'invalid_value', param: name, message: `\`${name}\` must be a whole number from ${min} to ${max}; got ${JSON.stringify(v.slice(0, 32))}.` });
+  }
+  return n;
+}
+
+export function fileRoutes(s: Services): Route[] {
+  return [
+    {
+      method: 'POST', path: '/v1/files', name: 'files.create', scope: 'batch', body: 'stream',
+      // The multipart envelope around a file at the limit: the file's own limit is checked exactly.
+      bodyLimit: s.config.batches.maxFileBytes + 64 * 1024,
+      handler: (ctx, { stream }) => upload(s, ctx, stream!),
+    },
+    {
+      method: 'GET', path: '/v1/files', name: 'files.list', scope: 'batch',
+      handler: async (ctx) => {
+        const q = new URLSearchParams(ctx.query);
+        const order = q.get('order') ?? 'desc';
+        if (order !== 'asc' && order !== 'desc') throw new GatewayError({ status: 400, code: 'invalid_value', param: 'order', message: '`order` must be "asc" or "desc".' });
+        const limit = intParam(q, 'limit', 10_000, 1, 10_000);
+        const rows = await listFiles(s.db, ctx.key!.accountId, { purpose: q.get('purpose') ?? undefined, limit, after: q.get('after') ?? undefined, order });
+        const page = rows.slice(0, limit);
+        ctx.json(200, { object: 'list', data: page.map(fileObject), first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: rows.length > limit });
+      },
+    },
+    {
+      method: 'GET', path: '/v1/files/:file_id', name: 'files.retrieve', scope: 'batch',
+      handler: async (ctx, { params }) => ctx.json(200, fileObject(await owned(s, ctx, params.file_id!))),
+    },
+    {
+      method: 'DELETE', path: '/v1/files/:file_id', name: 'files.delete', scope: 'batch',
+      handler: async (ctx, { params }) => {
+        if (!(await deleteFile(s.db, ctx.key!.accountId, params.file_id!))) throw noSuch('file', params.file_id!);
+        ctx.json(200, { id: params.file_id, object: 'file', deleted: true });
+      },
+    },
+    {
+      method: 'GET', path: '/v1/files/:file_id/content', name: 'files.content', scope: 'batch',
+      handler: async (ctx, { params }) => {
+        const f = await owned(s, ctx, params.file_id!);
+        // Streamed a stored chunk at a time, each written when the client has taken the one before.
+        ctx.begin(200, { 'content-type': f.filename.endsWith('.jsonl') ? 'application/jsonl' : 'application/octet-stream', 'x-file-bytes': String(f.bytes) });
+        for await (const chunk of fileChunks(s.db, f.id)) {
+          if (!ctx.live) return;
+          const wait = ctx.write(chunk);
+          if (wait) await wait;
+        }
+        ctx.end();
+      },
+    },
+  ];
+}
+
+async function owned(s: Services, ctx: Ctx, id: string): Promise<FileRow> {
+  const f = await getFile(s.db, ctx.key!.accountId, id);
+  if (!f) throw noSuch('file', id);
+  return f;
+}
+
+/**
+ * The file part is stored as it arrives (a chunk at a time, never whole in memory); past the limit
+ * it is 413 and what was stored is deleted. `purpose` may come before or after the file: a file
+ * stored before a bad purpose is read is deleted too.
+ */
+async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
+  const accountId = ctx.key!.accountId;
+  let stored: FileRow | null = null;
+  let files = 0;
+  // A body declared past the route's limit is refused before the handler runs: its stream is failed
+  // already, and readMultipart would wait on it for ever.
+  if (stream.errored) throw stream.errored;
+  try {
+    const form = await readMultipart(stream, ctx.headers['content-type'], {
+      maxFileBytes: s.config.batches.maxFileBytes, maxFiles: 1,
+      onFile: async (f) => {
+        if (f.field !== 'file') { f.stream.resume(); throw invalidMultipart(`Unexpected file field "${f.field.slice(0, 64)}": send the file as "file".`); }
+        files++;
+        stored = await storeFile(s.db, { id: newFileId(), accountId, purpose: 'batch', filename: f.filename || 'file', unlisted: true }, f.stream);
+      },
+    });
+    const purpose = form.field('purpose');
+    if (!purpose) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: 'purpose', message: '`purpose` is required (for a batch input: "batch").' });
+    if (!PURPOSES.includes(purpose)) {
+      throw new GatewayError({ status: 400, code: 'invalid_value', param: 'purpose', message: `\`purpose\` must be one of ${PURPOSES.join(', ')}; got ${JSON.stringify(purpose.slice(0, 64))}.` });
+    }
+    const file = stored as FileRow | null;
+    if (files === 0 || !file) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: 'file', message: '`file` is required: send the file as the multipart field "file".' });
+    await publishFile(s.db, file.id, purpose);
+    ctx.json(200, fileObject({ ...file, purpose }));
+  } catch (e) {
+    const file = stored as FileRow | null;
+    if (file) await dropFile(s.db, file.id).catch(() => undefined);
+    throw e;
+  }
+}

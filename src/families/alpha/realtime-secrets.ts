@@ -1,0 +1,103 @@
+// POST /alpha/v1/realtime/client_secrets (and the older /realtime/sessions): short-lived secrets that open realtime sessions as their parent key.
+import { Type } from '@sinclair/typebox';
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import type { Ctx } from '../../server/context.js';
+import { GatewayError, type ErrorCode } from '../../errors.js';
+import { invalidKey } from '../../gate/auth.js';
+import { base62, hashKey } from '../../store/ids.js';
+import type { KeyRecord } from '../../store/keys.js';
+import { compile, parseJson } from '../validate.js';
+import { chatOrRealtime, defaultSession, RtError, updatedSession } from './realtime.js';
+
+/** OpenAI's bounds: 10 s to 2 h, 10 minutes when not said. */
+const MIN_S = 10;
+const MAX_S = 7200;
+const DEFAULT_S = 600;
+export const SECRET_PREFIX = 'ek_';
+
+const checkBody = compile(Type.Object({
+  expires_after: Type.Optional(Type.Object({
+    anchor: Type.Optional(Type.Literal('created_at')),
+    seconds: Type.Optional(Type.Integer({ minimum: MIN_S, maximum: MAX_S })),
+  }, { additionalProperties: false })),
+  session: Type.Optional(Type.Object({}, { additionalProperties: true })),
+}, { additionalProperties: true }));
+
+/** What a secret opens a session with: its parent key, and the session configuration it was minted with. */
+export interface SecretGrant { key: KeyRecord; session: Record<string, unknown> }
+
+export class RealtimeSecrets {
+  constructor(private readonly s: Services) {}
+
+  /** Mints a secret for `key`; only its hash is stored. */
+  async mint(key: KeyRecord, session: Record<string, unknown>, seconds: number): Promise<{ value: string; expiresAt: number }> {
+    const value = SECRET_PREFIX + base62(40);
+    const expiresAt = Math.floor(Date.now() / 1000) + seconds;
+    await this.s.db.query('INSERT INTO realtime_secrets (secret_hash, key_id, session, expires_at) VALUES ($1, $2, $3, $4)',
+      [hashKey(value), key.id, JSON.stringify(session), new Date(expiresAt * 1000)]);
+    return { value, expiresAt };
+  }
+
+  /**
+   * The grant of a presented secret; null when it is not a secret at all (then it is read as a key).
+   * Unknown, expired, or of a revoked key: 401, as a bad key is.
+   */
+  async grant(presented: string): Promise<SecretGrant | null> {
+    if (!presented.startsWith(SECRET_PREFIX)) return null;
+    const r = await this.s.db.query<{ key_hash: string; session: string; live: boolean }>(
+      `SELECT k.key_hash, s.session, s.expires_at > now() AS live FROM realtime_secrets s JOIN api_keys k ON k.id = s.key_id
+       WHERE s.secret_hash = $1`, [hashKey(presented)]);
+    const row = r.rows[0];
+    if (!row) throw invalidKey('Incorrect client secret: it is not a known realtime client secret.');
+    if (!row.live) throw invalidKey('The realtime client secret has expired; mint a new one with POST /v1/realtime/client_secrets.');
+    // The parent key as the gateway knows it now: a revoked parent revokes its secrets.
+    const key = await this.s.cache.keyForHash(row.key_hash);
+    if (!key || key.revokedAt) throw invalidKey('The key that minted this realtime client secret has been revoked.');
+    return { key, session: JSON.parse(row.session) as Record<string, unknown> };
+  }
+}
+
+/** A session configuration checked as a session.update would be (same errors), with the model it names. */
+function effective(s: Services, session: Record<string, unknown>): Record<string, unknown> {
+  const name = session.model;
+  if (name !== undefined && typeof name !== 'string') throw badSession('invalid_value', 'session.model', 'session.model must be a string.');
+  const model = typeof name === 'string' ? chatOrRealtime(s, name) : null;
+  try {
+    const base = defaultSession('', model?.id ?? '');
+    return updatedSession(base, { ...session, model: undefined }, model ?? { id: '', maxOutputTokens: Number.MAX_SAFE_INTEGER });
+  } catch (e) {
+    if (e instanceof RtError) throw badSession(e.code as ErrorCode, e.param, e.message);
+    throw e;
+  }
+}
+
+function badSession(code: ErrorCode, param: string | null, message: string): GatewayError {
+  return new GatewayError({ status: 400, code, param, message });
+}
+
+function body(ctx: Ctx, raw: Buffer | null): Record<string, unknown> {
+  if (!raw || raw.length === 0) return {};
+  return parseJson(checkBody, raw, ctx.headers['content-type']) as Record<string, unknown>;
+}
+
+export function realtimeSecretRoutes(s: Services, secrets: RealtimeSecrets): Route[] {
+  return [
+    { method: 'POST', path: '/v1/realtime/client_secrets', name: 'realtime.client_secrets', scope: 'llm',
+      handler: async (ctx, { body: raw }) => {
+        const b = body(ctx, raw);
+        const seconds = (b.expires_after as { seconds?: number } | undefined)?.seconds ?? DEFAULT_S;
+        const session = effective(s, (b.session as Record<string, unknown> | undefined) ?? {});
+        const { value, expiresAt } = await secrets.mint(ctx.key!, session, seconds);
+        ctx.json(200, { value, expires_at: expiresAt, session: { ...session, id: `sess_${base62(24)}`, expires_at: expiresAt } });
+      } },
+    // The beta's route: the session's fields at the top level, the secret inside it (one minute, as the beta had it).
+    { method: 'POST', path: '/v1/realtime/sessions', name: 'realtime.sessions', scope: 'llm',
+      handler: async (ctx, { body: raw }) => {
+        const b = raw && raw.length > 0 ? parseJson(compile(Type.Object({}, { additionalProperties: true })), raw, ctx.headers['content-type']) as Record<string, unknown> : {};
+        const session = effective(s, b);
+        const { value, expiresAt } = await secrets.mint(ctx.key!, session, 60);
+        ctx.json(200, { ...session, id: `sess_${base62(24)}`, expires_at: expiresAt, client_secret: { value, expires_at: expiresAt } });
+      } },
+  ];
+}

@@ -1,0 +1,69 @@
+// GET /beta/v1/models and /beta/v1/user/subscription: the speech models, and the caller's account in the family's subscription shape.
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import { modelView } from './views.js';
+import { voiceCounts } from '../../store/voices.js';
+import { VOICE_LIMIT } from './voices.js';
+
+/** ElevenLabs caps a character count at what a 32-bit counter holds; an unpriced (free) model leaves it there. */
+const UNBOUNDED_CHARACTERS = 2_147_483_647;
+
+export function accountRoutes(s: Services): Route[] {
+  const speech = s.models.models.filter((m) => m.kind === 'tts' || m.kind === 'sts');
+  // Characters are worth most at the dearest TTS model: the limit is what the balance buys at any of them.
+  const dearest = s.models.models.filter((m) => m.kind === 'tts').reduce<bigint>((max, m) => (m.prices.perMChar > max ? m.prices.perMChar : max), 0n);
+  const cloning = s.models.models.some((m) => m.voiceCloning);
+  return [
+    { method: 'GET', path: '/v1/models', name: 'beta.models', scope: 'voice',
+      handler: async (ctx) => ctx.json(200, speech.map(modelView)) },
+    { method: 'GET', path: '/v1/user/subscription', name: 'beta.subscription', scope: 'voice',
+      handler: async (ctx) => {
+        const key = ctx.key!;
+        await s.committer.settled(key.accountId);
+        const now = new Date();
+        const monthStart = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1));
+        const nextReset = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1) / 1000;
+        const [committed, pending, chars, voices] = await Promise.all([
+          s.cache.balanceOf(key.accountId), s.limiter.pendingOf(key.accountId, key.id),
+          s.db.query(`SELECT coalesce(sum((usage->>'characters')::bigint), 0) AS n FROM ledger
+                       WHERE account_id = $1 AND kind = 'debit' AND created_at >= $2 AND usage ? 'characters'`, [key.accountId, monthStart]),
+          voiceCounts(s.db, key.accountId, monthStart),
+        ]);
+        const balance = committed - pending.account;
+        const used = Number(chars.rows[0]!.n as bigint);
+        // per_mchar is nanodollars per 1M characters: characters bought = balance × 1M / per_mchar.
+        const buys = dearest === 0n ? UNBOUNDED_CHARACTERS
+          : balance <= 0n ? 0 : Number(bigMin((balance * 1_000_000n) / dearest, BigInt(UNBOUNDED_CHARACTERS)));
+        ctx.json(200, {
+          tier: 'tollgate_prepaid',
+          character_count: used,
+          character_limit: Math.min(used + buys, UNBOUNDED_CHARACTERS),
+          max_character_limit_extension: null,
+          // Fields the current clients require beyond the specification: a prepaid account has no overage and no invoices.
+          max_credit_limit_extension: 0,
+          professional_voice_slots_used_in_workspace: 0,
+          current_overage: { amount: '0', currency: 'usd' },
+          open_invoices: [],
+          can_extend_character_limit: false,
+          allowed_to_extend_character_limit: false,
+          next_character_count_reset_unix: nextReset,
+          voice_slots_used: voices.held,
+          professional_voice_slots_used: 0,
+          voice_limit: VOICE_LIMIT,
+          max_voice_add_edits: null,
+          voice_add_edit_counter: voices.addedSince,
+          professional_voice_limit: 0,
+          can_extend_voice_limit: false,
+          can_use_instant_voice_cloning: cloning,
+          can_use_professional_voice_cloning: false,
+          currency: 'usd',
+          status: balance > 0n ? 'active' : 'free_disabled',
+          billing_period: 'monthly_period',
+          character_refresh_period: 'monthly_period',
+          has_open_invoices: false,
+        });
+      } },
+  ];
+}
+
+function bigMin(a: bigint, b: bigint): bigint { return a < b ? a : b; }

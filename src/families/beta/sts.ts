@@ -1,0 +1,94 @@
+// POST /beta/v1/speech-to-speech/{voice_id}[/stream]: voice conversion through the conversion contract, billed by the input's audio seconds.
+import type { Readable } from 'node:stream';
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import type { Ctx } from '../../server/context.js';
+import { GatewayError } from '../../errors.js';
+import { readMultipart } from '../../server/multipart.js';
+import { Charge } from '../../exchange/charge.js';
+import { relay } from '../../exchange/relay-http.js';
+import { SpeechMeter } from '../../meter/synthesis.js';
+import { buildForm, type FormPart } from '../../proxy/form.js';
+import { outputFormatOf } from './schemas.js';
+import { production } from './produce.js';
+import { voiceOf } from '../../store/voices.js';
+import { voiceNotFound } from './speech-target.js';
+import type { PresetLookup } from './tts.js';
+import type { MeasureAudio } from './stt.js';
+import { UPLOAD_LIMIT } from './voices.js';
+import { beta } from './family.js';
+import { pcmDurationMs } from '../../meter/audio.js';
+
+/** The family's default conversion model (A5). */
+export const DEFAULT_STS_MODEL_ID = 'eleven_english_sts_v2';
+
+function field422(field: string, msg: string): GatewayError {
+  return new GatewayError({ status: 422, code: 'validation_error', param: field, message: msg, detail: [{ loc: ['body', field], msg, type: 'value_error' }] });
+}
+
+async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable, measure: MeasureAudio, preset: PresetLookup): Promise<void> {
+  const format = outputFormatOf(ctx.query);
+  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: UPLOAD_LIMIT, maxFiles: 1 });
+  const audio = form.files.find((f) => f.field === 'audio');
+  if (!audio) throw field422('audio', 'audio is required: the speech to convert.');
+  const settings = form.field('voice_settings');
+  if (settings !== undefined && settings !== '' && settings !== 'null') {
+    let v: unknown;
+    try { v = JSON.parse(settings); } catch { throw field422('voice_settings', 'voice_settings must be a JSON object, sent as a string.'); }
+    if (!v || typeof v !== 'object' || Array.isArray(v)) throw field422('voice_settings', 'voice_settings must be a JSON object, sent as a string.');
+  }
+  const seed = form.field('seed');
+  if (seed !== undefined && seed !== '' && !(/^\d{1,10}$/.test(seed) && Number(seed) <= 4_294_967_295)) throw field422('seed', 'seed must be an integer from 0 to 4294967295.');
+  const fileFormat = form.field('file_format');
+  if (fileFormat !== undefined && fileFormat !== '' && fileFormat !== 'other' && fileFormat !== 'pcm_s16le_16') throw field422('file_format', 'file_format must be pcm_s16le_16 or other.');
+  const denoise = form.field('remove_background_noise');
+  const model = s.models.resolve(form.field('model_id') || DEFAULT_STS_MODEL_ID, 'sts');
+  // The target voice: a preset by name, or the caller's cloned voice, which only its own upstream knows.
+  let upstreamVoice = preset(voiceId);
+  if (upstreamVoice === null) {
+    const v = await voiceOf(s.db, ctx.key!.accountId, voiceId);
+    if (!v) throw voiceNotFound(voiceId);
+    if (v.upstream !== model.upstream) {
+      throw new GatewayError({ status: 400, code: 'invalid_value', param: 'voice_id',
+        message: `The voice '${voiceId}' was cloned on another host than the one of ${model.id}, so it cannot be converted to.` });
+    }
+    upstreamVoice = v.upstreamVoiceId;
+  }
+  const plan = production(format);
+  const audioMs = fileFormat === 'pcm_s16le_16' ? pcmDurationMs(audio.data.length, 16_000) : await measure(audio.data, audio.mimeType, audio.filename, 'audio');
+  const charge = await Charge.open(s, {
+    key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
+    worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },
+  });
+  const parts: FormPart[] = [
+    { name: 'file', filename: audio.filename || 'audio', contentType: audio.mimeType || 'application/octet-stream', data: audio.data },
+    { name: 'model', value: model.upstreamModel },
+    { name: 'voice', value: upstreamVoice },
+    { name: 'response_format', value: plan.upstreamFormat },
+  ];
+  if (fileFormat === 'pcm_s16le_16') parts.push({ name: 'input_format', value: 'pcm_s16le_16' });
+  if (denoise === 'true' || denoise === 'True') parts.push({ name: 'remove_background_noise', value: 'true' });
+  if (seed) parts.push({ name: 'seed', value: seed });
+  const up = buildForm(parts);
+  const meter = new SpeechMeter({ audioInMs: audioMs }, plan.encoder(), plan.contentType, { 'request-id': ctx.requestId });
+  let call;
+  try {
+    call = s.upstreams.call(model.upstream, 'POST', '/v1/audio/voice-conversion', { ...ctx.headers, 'content-type': up.contentType, accept: '*/*' }, up.body, ctx.requestId);
+  } catch (e) {
+    await charge.release();
+    throw e;
+  }
+  await relay({
+    down: ctx, charge, call, meter, idleMs: s.upstreams.config(model.upstream).timeoutMs, requestId: ctx.requestId, label: model.id,
+    upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
+  });
+}
+
+export function stsRoutes(s: Services, measure: MeasureAudio, preset: PresetLookup): Route[] {
+  // The Python client (elevenlabs 2.78) calls the same operation /v1/voice-changer/{voice_id}.
+  const route = (base: string, suffix: string, name: string): Route => ({
+    method: 'POST', path: `/v1/${base}/:voice_id${suffix}`, name, scope: 'voice', metered: true, body: 'stream', bodyLimit: UPLOAD_LIMIT + 1024 * 1024,
+    handler: (ctx, { params, stream }) => convert(s, ctx, params.voice_id!, stream!, measure, preset),
+  });
+  return ['speech-to-speech', 'voice-changer'].flatMap((b) => [route(b, '', 'beta.sts'), route(b, '/stream', 'beta.sts.stream')]);
+}

@@ -1,0 +1,102 @@
+// POST /beta/v1/speech-to-text: the family's transcription (A6), billed by the audio minutes Tollgate measures from the upload.
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import type { Ctx } from '../../server/context.js';
+import type { Readable } from 'node:stream';
+import { GatewayError } from '../../errors.js';
+import { readMultipart, type Multipart } from '../../server/multipart.js';
+import { Charge } from '../../exchange/charge.js';
+import { relay } from '../../exchange/relay-http.js';
+import { TranscriptMeter } from '../../meter/transcript.js';
+import { buildForm, type FormPart } from '../../proxy/form.js';
+import { chunkResponse, type Granularity } from './transcript.js';
+import { UPLOAD_LIMIT } from './voices.js';
+import { beta } from './family.js';
+import { pcmDurationMs } from '../../meter/audio.js';
+
+/** Measures an uploaded file's duration in milliseconds; 400 when it cannot be read. */
+export type MeasureAudio = (data: Buffer, mimeType: string, fileName: string, param: string) => Promise<number>;
+
+function field422(field: string, msg: string, code: 'validation_error' | 'unsupported_parameter' = 'validation_error'): GatewayError {
+  return new GatewayError({ status: 422, code, param: field, message: msg, detail: [{ loc: ['body', field], msg, type: code === 'validation_error' ? 'value_error' : code }] });
+}
+
+function bool(form: Multipart, name: string): boolean | null {
+  const v = form.field(name);
+  if (v === undefined || v === '') return null;
+  if (v === 'true' || v === 'True' || v === '1') return true;
+  if (v === 'false' || v === 'False' || v === '0') return false;
+  throw field422(name, `${name} must be true or false; got "${v.slice(0, 32)}".`);
+}
+
+/** What cannot be honoured by the transcription contract: asked for, it is refused rather than dropped. */
+function refuseUnsupported(form: Multipart): void {
+  const present = (n: string) => { const v = form.field(n); return v !== undefined && v !== '' && v !== 'null'; };
+  if (bool(form, 'diarize') === true || present('num_speakers') || present('diarization_threshold')) {
+    const p = bool(form, 'diarize') === true ? 'diarize' : present('num_speakers') ? 'num_speakers' : 'diarization_threshold';
+    throw field422(p, `${p} is not supported: the transcription model does not tell speakers apart.`, 'unsupported_parameter');
+  }
+  if (bool(form, 'use_multi_channel') === true) throw field422('use_multi_channel', 'use_multi_channel is not supported.', 'unsupported_parameter');
+  if (bool(form, 'webhook') === true) throw field422('webhook', 'webhook is not supported: transcriptions are answered in the response.', 'unsupported_parameter');
+  if (present('cloud_storage_url')) throw field422('cloud_storage_url', 'cloud_storage_url is not supported: upload the audio as file.', 'unsupported_parameter');
+  const extra = form.field('additional_formats');
+  if (extra !== undefined && extra !== '' && extra !== '[]' && extra !== 'null') {
+    throw field422('additional_formats', 'additional_formats are not supported.', 'unsupported_parameter');
+  }
+}
+
+async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: MeasureAudio): Promise<void> {
+  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: UPLOAD_LIMIT, maxFiles: 1 });
+  const modelId = form.field('model_id');
+  if (!modelId) throw field422('model_id', 'model_id is required (scribe_v1).');
+  refuseUnsupported(form);
+  const file = form.files.find((f) => f.field === 'file');
+  if (!file) throw field422('file', 'file is required: the audio to transcribe.');
+  const granularity = (form.field('timestamps_granularity') ?? 'word') as Granularity;
+  if (!['none', 'word', 'character'].includes(granularity)) throw field422('timestamps_granularity', 'timestamps_granularity must be none, word or character.');
+  const temperature = form.field('temperature');
+  if (temperature !== undefined && temperature !== '' && !(Number(temperature) >= 0 && Number(temperature) <= 2)) {
+    throw field422('temperature', 'temperature must be a number from 0 to 2.');
+  }
+  const fileFormat = form.field('file_format');
+  if (fileFormat !== undefined && fileFormat !== '' && fileFormat !== 'other' && fileFormat !== 'pcm_s16le_16') {
+    throw field422('file_format', 'file_format must be pcm_s16le_16 or other.');
+  }
+  const model = s.models.resolve(modelId, 'stt');
+  const rawPcm = fileFormat === 'pcm_s16le_16';
+  // Raw 16 kHz 16-bit mono PCM has no container to read: its length is its duration.
+  const audioMs = rawPcm ? pcmDurationMs(file.data.length, 16_000) : await measure(file.data, file.mimeType, file.filename, 'file');
+  const language = form.field('language_code') || null;
+  const charge = await Charge.open(s, {
+    key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
+    worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },
+  });
+  const parts: FormPart[] = [
+    { name: 'file', filename: file.filename || 'audio', contentType: file.mimeType || 'application/octet-stream', data: file.data },
+    { name: 'model', value: model.upstreamModel },
+    { name: 'response_format', value: 'verbose_json' },
+    { name: 'timestamp_granularities[]', value: 'word' },
+  ];
+  if (language) parts.push({ name: 'language', value: language });
+  if (temperature !== undefined && temperature !== '') parts.push({ name: 'temperature', value: temperature });
+  const up = buildForm(parts);
+  const meter = new TranscriptMeter(audioMs, (json) => JSON.stringify(chunkResponse(json, { durationSecs: audioMs / 1000, granularity, languageCode: language })));
+  let call;
+  try {
+    call = s.upstreams.call(model.upstream, 'POST', '/v1/audio/transcriptions', { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, up.body, ctx.requestId);
+  } catch (e) {
+    await charge.release();
+    throw e;
+  }
+  await relay({
+    down: ctx, charge, call, meter, idleMs: s.upstreams.config(model.upstream).timeoutMs, requestId: ctx.requestId, label: model.id,
+    upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
+  });
+}
+
+export function sttRoutes(s: Services, measure: MeasureAudio): Route[] {
+  return [{
+    method: 'POST', path: '/v1/speech-to-text', name: 'beta.stt', scope: 'voice', metered: true, body: 'stream', bodyLimit: UPLOAD_LIMIT + 1024 * 1024,
+    handler: (ctx, { stream }) => transcribe(s, ctx, stream!, measure),
+  }];
+}

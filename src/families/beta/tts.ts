@@ -1,0 +1,74 @@
+// POST /beta/v1/text-to-speech/{voice_id}[/stream][/with-timestamps]: the family's synthesis, billed by the characters of its text.
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import type { Ctx } from '../../server/context.js';
+import { GatewayError } from '../../errors.js';
+import { parseJson } from '../validate.js';
+import { Charge } from '../../exchange/charge.js';
+import { relay } from '../../exchange/relay-http.js';
+import { SpeechMeter, TimestampsMeter } from '../../meter/synthesis.js';
+import { checkTts, outputFormatOf } from './schemas.js';
+import { speechTarget } from './speech-target.js';
+import { production, UPSTREAM_PCM_RATE } from './produce.js';
+import { MAX_TTS_CHARACTERS } from './views.js';
+import { beta } from './family.js';
+
+type Shape = 'audio' | 'timestamps';
+
+/** A premade voice's upstream name, or null. */
+export type PresetLookup = (voiceId: string) => string | null;
+
+async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer | null, shape: Shape, stream: boolean, preset: PresetLookup): Promise<void> {
+  const req = parseJson(checkTts, body, ctx.headers['content-type']);
+  const format = outputFormatOf(ctx.query);
+  const characters = [...req.text].length;
+  if (characters > MAX_TTS_CHARACTERS) {
+    throw new GatewayError({ status: 400, code: 'max_character_limit_exceeded', param: 'text',
+      message: `text is ${characters} characters; one request takes at most ${MAX_TTS_CHARACTERS}.` });
+  }
+  if (req.pronunciation_dictionary_locators && req.pronunciation_dictionary_locators.length > 0) {
+    // Dropping them would change what is spoken; no upstream of the contract takes them.
+    throw new GatewayError({ status: 422, code: 'unsupported_parameter', param: 'pronunciation_dictionary_locators',
+      message: 'pronunciation_dictionary_locators are not supported: this gateway has no pronunciation dictionaries.',
+      detail: [{ loc: ['body', 'pronunciation_dictionary_locators'], msg: 'pronunciation dictionaries are not supported', type: 'unsupported_parameter' }] });
+  }
+  const target = await speechTarget(s, ctx.key!.accountId, voiceId, req.model_id, preset);
+  const plan = production(format);
+  const charge = await Charge.open(s, {
+    key: ctx.key!, id: ctx.requestId, model: target.model, reason: ctx.routeName,
+    worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 },
+  });
+  const speed = req.voice_settings?.speed;
+  const upstreamBody = Buffer.from(JSON.stringify({
+    model: target.model.upstreamModel, input: req.text, voice: target.upstreamVoice, response_format: plan.upstreamFormat,
+    ...(typeof speed === 'number' ? { speed } : {}),
+  }));
+  const headers = { 'request-id': ctx.requestId, 'character-cost': String(characters) };
+  const meter = shape === 'audio'
+    ? new SpeechMeter({ characters }, plan.encoder(), plan.contentType, headers)
+    : new TimestampsMeter(stream ? 'stream' : 'buffered', req.text, UPSTREAM_PCM_RATE, plan.encoder(), headers);
+  let call;
+  try {
+    call = s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...ctx.headers, 'content-type': 'application/json', accept: '*/*' }, upstreamBody, ctx.requestId);
+  } catch (e) {
+    await charge.release();
+    throw e;
+  }
+  await relay({
+    down: ctx, charge, call, meter, idleMs: s.upstreams.config(target.model.upstream).timeoutMs, requestId: ctx.requestId, label: target.model.id,
+    upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
+  });
+}
+
+export function ttsRoutes(s: Services, preset: PresetLookup): Route[] {
+  const route = (suffix: string, shape: Shape, stream: boolean, name: string): Route => ({
+    method: 'POST', path: `/v1/text-to-speech/:voice_id${suffix}`, name, scope: 'voice', metered: true,
+    handler: (ctx, { params, body }) => synthesize(s, ctx, params.voice_id!, body, shape, stream, preset),
+  });
+  return [
+    route('', 'audio', false, 'beta.tts'),
+    route('/stream', 'audio', true, 'beta.tts.stream'),
+    route('/with-timestamps', 'timestamps', false, 'beta.tts.timestamps'),
+    route('/stream/with-timestamps', 'timestamps', true, 'beta.tts.stream.timestamps'),
+  ];
+}

@@ -1,0 +1,165 @@
+// Voices: cloning from samples (the cloning contract), listing, reading, deleting voices and samples, sample audio. Every read is the caller's account's.
+import type { Services } from '../../services.js';
+import type { Route } from '../../server/router.js';
+import type { Ctx } from '../../server/context.js';
+import { GatewayError } from '../../errors.js';
+import { readMultipart } from '../../server/multipart.js';
+import { cloneVoice, removeUpstreamVoice } from '../../proxy/voices.js';
+import { deleteSample, deleteVoice, insertVoice, sampleAudio, voiceCounts, voiceOf, voicesOf, type VoiceRecord } from '../../store/voices.js';
+import { clonedVoiceView } from './views.js';
+import { beta } from './family.js';
+import { presetViews } from './presets.js';
+import { measureAudio } from '../../meter/audio.js';
+
+/** Cloned voices one account may hold at once (the subscription's `voice_limit`). */
+export const VOICE_LIMIT = 30;
+/** Bytes one uploaded sample may have (413 past it). */
+export const UPLOAD_LIMIT = 25 * 1024 * 1024;
+const MAX_SAMPLES = 25;
+
+function voiceNotFound(id: string): GatewayError {
+  return new GatewayError({ status: 404, code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
+}
+
+function sampleNotFound(voiceId: string, sampleId: string): GatewayError {
+  return new GatewayError({ status: 404, code: 'sample_not_found', type: 'not_found', param: 'sample_id',
+    message: `A sample with sample_id '${sampleId}' was not found for voice_id '${voiceId}'.` });
+}
+
+function invalid(field: string, code: 'validation_error' | 'invalid_labels', msg: string): GatewayError {
+  return new GatewayError({ status: 422, code, param: field, message: msg, detail: [{ loc: ['body', field], msg, type: code === 'invalid_labels' ? 'value_error.invalid_labels' : 'value_error' }] });
+}
+
+/** `labels`: a JSON object of strings, sent as a string. */
+function parseLabels(text: string | undefined): Record<string, string> {
+  // The Python client sends `null` when no labels were given.
+  if (text === undefined || text.trim() === '' || text.trim() === 'null') return {};
+  let v: unknown;
+  try { v = JSON.parse(text); } catch {
+    throw invalid('labels', 'invalid_labels', 'labels must be a JSON object of strings, sent as a string; this is not valid JSON.');
+  }
+  if (!v || typeof v !== 'object' || Array.isArray(v)) throw invalid('labels', 'invalid_labels', 'labels must be a JSON object of strings.');
+  for (const [k, x] of Object.entries(v)) {
+    if (typeof x !== 'string') throw invalid('labels', 'invalid_labels', `labels must be a JSON object of strings; "${k.slice(0, 64)}" is not a string.`);
+  }
+  return v as Record<string, string>;
+}
+
+async function addVoice(s: Services, ctx: Ctx, stream: NonNullable<Parameters<typeof readMultipart>[0]>): Promise<void> {
+  const key = ctx.key!;
+  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: UPLOAD_LIMIT, maxFiles: MAX_SAMPLES });
+  const name = form.field('name')?.trim();
+  if (!name) throw invalid('name', 'validation_error', 'name is required: the name of the new voice.');
+  if (name.length > 200) throw invalid('name', 'validation_error', 'name must be at most 200 characters.');
+  const samples = form.files.filter((f) => f.field === 'files');
+  if (samples.length === 0) throw invalid('files', 'validation_error', 'files is required: one or more audio samples of the voice.');
+  if (samples.some((f) => f.data.length === 0)) throw invalid('files', 'validation_error', 'a sample in files is empty.');
+  const labels = parseLabels(form.field('labels'));
+  const description = form.field('description') ?? null;
+  const model = s.models.models.find((m) => m.voiceCloning);
+  if (!model) {
+    throw new GatewayError({ status: 400, code: 'voice_cloning_unavailable', message: 'This gateway has no model that clones voices (no tts model with voice_cloning).' });
+  }
+  const counts = await voiceCounts(s.db, key.accountId, new Date(0));
+  if (counts.held >= VOICE_LIMIT) {
+    throw new GatewayError({ status: 400, code: 'voice_limit_reached', message: `This account holds ${counts.held} voices, its limit; delete one to add another.` });
+  }
+  // Each sample must be audio whose length can be read (400 invalid_audio otherwise, nothing stored): its duration is listed.
+  const durations = await Promise.all(samples.map((f) => measureAudio(f.data, { mimeType: f.mimeType, filename: f.filename, param: 'files' })));
+  const files = samples.map((f) => ({ fileName: f.filename, mimeType: f.mimeType, data: f.data }));
+  const upstreamVoiceId = await cloneVoice(s.upstreams, { upstream: model.upstream, model: model.upstreamModel, name, samples: files, requestId: ctx.requestId, clientHeaders: ctx.headers },
+    (res) => beta.upstreamError(res, ctx.requestId));
+  let id: string;
+  try {
+    id = await insertVoice(s.db, { accountId: key.accountId, name, description, labels, modelId: model.id, upstream: model.upstream, upstreamVoiceId,
+      samples: files.map((f, i) => ({ ...f, durationSecs: durations[i]!.durationMs / 1000 })) });
+  } catch (e) {
+    // Nothing is kept anywhere when the voice cannot be stored: the upstream's copy goes too.
+    await removeUpstreamVoice(s.upstreams, model.upstream, upstreamVoiceId, ctx.requestId);
+    throw e;
+  }
+  ctx.json(200, { voice_id: id, requires_verification: false });
+}
+
+async function ownVoice(s: Services, ctx: Ctx, id: string): Promise<VoiceRecord> {
+  const v = await voiceOf(s.db, ctx.key!.accountId, id);
+  if (!v) throw voiceNotFound(id);
+  return v;
+}
+
+type View = Record<string, unknown>;
+
+/** `GET /v2/voices`: `search` (name or description), `category`/`voice_type`, `sort` (`created_at_unix` or `name`), `sort_direction`, `page_size` (1–100, default 10), `next_page_token`. */
+export function searchVoices(all: View[], q: URLSearchParams): View {
+  const size = q.get('page_size') === null ? 10 : Number(q.get('page_size'));
+  if (!Number.isInteger(size) || size < 1 || size > 100) {
+    throw new GatewayError({ status: 422, code: 'validation_error', param: 'page_size', message: 'page_size must be an integer from 1 to 100.',
+      detail: [{ loc: ['query', 'page_size'], msg: 'page_size must be an integer from 1 to 100.', type: 'value_error' }] });
+  }
+  const token = q.get('next_page_token');
+  const from = token === null || token === '' ? 0 : Number(token);
+  if (!Number.isInteger(from) || from < 0) {
+    throw new GatewayError({ status: 422, code: 'validation_error', param: 'next_page_token', message: 'next_page_token is not one this API gave out.',
+      detail: [{ loc: ['query', 'next_page_token'], msg: 'next_page_token is not one this API gave out.', type: 'value_error' }] });
+  }
+  const text = q.get('search')?.toLowerCase() ?? '';
+  const category = q.get('category');
+  const type = q.get('voice_type');
+  const hits = all.filter((v) => (!text || `${v.name as string} ${(v.description as string | null) ?? ''}`.toLowerCase().includes(text))
+    && (!category || v.category === category)
+    && (!type || (type === 'personal' ? v.category !== 'premade' : type === 'default' ? v.category === 'premade' : true)));
+  // The family's default: newest first by created_at_unix (premade voices have none, so they come last); or by name.
+  const desc = (q.get('sort_direction') ?? 'desc') !== 'asc';
+  const byName = q.get('sort') === 'name';
+  const key = (v: View): number | string => (byName ? String(v.name).toLowerCase() : (v.created_at_unix as number | null) ?? -1);
+  const ordered = hits.map((v, i) => ({ v, i })).sort((a, b) => {
+    const x = key(a.v);
+    const y = key(b.v);
+    if (x === y) return desc && !byName ? b.i - a.i : a.i - b.i;
+    return (x < y ? -1 : 1) * (desc ? -1 : 1);
+  }).map((e) => e.v);
+  const page = ordered.slice(from, from + size);
+  const more = from + size < hits.length;
+  return { voices: page, has_more: more, total_count: hits.length, next_page_token: more ? String(from + size) : null };
+}
+
+export function voiceRoutes(s: Services): Route[] {
+  const presetModels = s.models.models.filter((m) => m.kind === 'tts' && !m.voiceCloning).map((m) => m.id);
+  /** Premade voices first (everyone's), then the caller's cloned voices. */
+  const all = async (ctx: Ctx, legacy: boolean): Promise<View[]> =>
+    [...presetViews(legacy, presetModels), ...(await voicesOf(s.db, ctx.key!.accountId)).map(clonedVoiceView)];
+  return [
+    { method: 'POST', path: '/v1/voices/add', name: 'beta.voices.add', scope: 'voice', body: 'stream',
+      bodyLimit: UPLOAD_LIMIT * MAX_SAMPLES + 1024 * 1024,
+      handler: async (ctx, { stream }) => addVoice(s, ctx, stream!) },
+    { method: 'GET', path: '/v1/voices', name: 'beta.voices.list', scope: 'voice',
+      handler: async (ctx) => ctx.json(200, { voices: await all(ctx, new URLSearchParams(ctx.query).get('show_legacy') === 'true') }) },
+    { method: 'GET', path: '/v2/voices', name: 'beta.voices.search', scope: 'voice',
+      handler: async (ctx) => ctx.json(200, searchVoices(await all(ctx, true), new URLSearchParams(ctx.query))) },
+    { method: 'GET', path: '/v1/voices/:voice_id', name: 'beta.voices.get', scope: 'voice',
+      handler: async (ctx, { params }) => {
+        const preset = presetViews(true, presetModels).find((v) => v.voice_id === params.voice_id);
+        ctx.json(200, preset ?? clonedVoiceView(await ownVoice(s, ctx, params.voice_id!)));
+      } },
+    { method: 'DELETE', path: '/v1/voices/:voice_id', name: 'beta.voices.delete', scope: 'voice',
+      handler: async (ctx, { params }) => {
+        const v = await ownVoice(s, ctx, params.voice_id!);
+        if (!(await deleteVoice(s.db, ctx.key!.accountId, v.id))) throw voiceNotFound(v.id);
+        await removeUpstreamVoice(s.upstreams, v.upstream, v.upstreamVoiceId, ctx.requestId);
+        ctx.json(200, { status: 'ok' });
+      } },
+    { method: 'DELETE', path: '/v1/voices/:voice_id/samples/:sample_id', name: 'beta.voices.samples.delete', scope: 'voice',
+      handler: async (ctx, { params }) => {
+        await ownVoice(s, ctx, params.voice_id!);
+        if (!(await deleteSample(s.db, ctx.key!.accountId, params.voice_id!, params.sample_id!))) throw sampleNotFound(params.voice_id!, params.sample_id!);
+        ctx.json(200, { status: 'ok' });
+      } },
+    { method: 'GET', path: '/v1/voices/:voice_id/samples/:sample_id/audio', name: 'beta.voices.samples.audio', scope: 'voice',
+      handler: async (ctx, { params }) => {
+        await ownVoice(s, ctx, params.voice_id!);
+        const a = await sampleAudio(s.db, ctx.key!.accountId, params.voice_id!, params.sample_id!);
+        if (!a) throw sampleNotFound(params.voice_id!, params.sample_id!);
+        ctx.send(200, a.data, {}, a.mimeType || 'application/octet-stream');
+      } },
+  ];
+}

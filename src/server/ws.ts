@@ -1,0 +1,141 @@
+// WebSocket routes on uWS: the upgrade authenticates and admits (a refusal is an HTTP error in the family's envelope), then a Session carries the socket.
+import type uWS from '@trufflesuite/uws-js-unofficial';
+import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
+import type { KeyRecord, Scope } from '../store/keys.js';
+import { newId } from '../store/ids.js';
+import { log } from '../observe/log.js';
+
+/** What an upgrade request carries, read synchronously before anything is awaited. */
+export interface UpgradeRequest {
+  path: string;
+  query: URLSearchParams;
+  headers: Record<string, string>;
+  params: Record<string, string>;
+  requestId: string;
+  /** The subprotocols the client offered, in its order. */
+  protocols: string[];
+}
+
+/** A session's socket, as its handler sees it: sends with backpressure, closes with a code. */
+export interface SessionSocket {
+  readonly id: string;
+  readonly closed: boolean;
+  /** Sends a text (JSON) or binary frame; resolves at once, or once the client has drained its backlog. */
+  send(data: string | Uint8Array, binary?: boolean): Promise<void>;
+  /** Closes with a code and a reason (at most 123 bytes, as the protocol allows). */
+  close(code: number, reason?: string): void;
+}
+
+/** What a route does with an open session; `message` handlers run one at a time, in order. */
+export interface SessionHandler {
+  /** The socket is open: the first frames may be sent. */
+  opened?(): void;
+  message(data: Buffer, isBinary: boolean): Promise<void> | void;
+  /** The socket is gone (client, server, timeout): settle and free what the session holds. */
+  closed(code: number): Promise<void> | void;
+  /** The gateway is shutting down: finish what can be finished, settle, then close with 1001. */
+  shutdown(): Promise<void>;
+}
+
+export interface SocketRoute {
+  path: string;                  // under the mount's prefixes; `:name` captures a segment
+  name: string;                  // metrics label
+  scope: Scope;
+  /** Largest frame a client may send; uWS closes the connection past it. */
+  maxMessageBytes: number;
+  /** Where the key may come from besides the headers: a query parameter, a subprotocol prefix. */
+  keyFrom?: { query?: string[]; protocolPrefixes?: string[] };
+  /** The key may arrive in the first frame instead (ElevenLabs' stream-input): the upgrade then needs none. */
+  keyInFirstFrame?: boolean;
+  /**
+   * Reads a presented secret that is not a Tollgate key (a realtime ephemeral client secret) as the
+   * key it stands for; null when it is not one of the route's own (then it is checked as a key).
+   */
+  authenticate?(presented: string): Promise<KeyRecord | null>;
+  /**
+   * Runs after authentication (if there was a key) and before the upgrade: admits the session (its
+   * concurrency slot, a balance check) and returns the handler. A GatewayError refuses the upgrade.
+   */
+  accept(req: UpgradeRequest, key: KeyRecord | null, socket: SessionSocket): Promise<SessionHandler>;
+}
+
+interface SessionData { session: Session }
+
+/** A per-socket backlog past which `send` waits for the drain. */
+const BACKPRESSURE_BYTES = 256 * 1024;
+
+export class Session implements SessionSocket {
+  readonly id = newId('sess');
+  closed = false;
+  ws: uWS.WebSocket<SessionData> | null = null;
+  handler: SessionHandler | null = null;
+  private drainWaiters: (() => void)[] = [];
+  private queue: Promise<void> = Promise.resolve();
+
+  constructor(readonly route: SocketRoute) {}
+
+  async send(data: string | Uint8Array, binary = false): Promise<void> {
+    const ws = this.ws;
+    if (this.closed || !ws) return;
+    ws.send(data, binary);
+    if (ws.getBufferedAmount() > BACKPRESSURE_BYTES) {
+      await new Promise<void>((resolve) => this.drainWaiters.push(resolve));
+    }
+  }
+
+  close(code: number, reason = ''): void {
+    if (this.closed || !this.ws) return;
+    // The protocol allows 123 bytes of reason.
+    let r = Buffer.from(reason);
+    if (r.length > 123) r = r.subarray(0, 120);
+    this.ws.end(code, r);
+  }
+
+  /** Messages are handled one after another, in the order they came. */
+  enqueue(data: Buffer, isBinary: boolean): void {
+    this.queue = this.queue.then(async () => {
+      if (this.closed || !this.handler) return;
+      try {
+        await this.handler.message(data, isBinary);
+      } catch (e) {
+        log('error', 'session message handler failed', { session: this.id, route: this.route.name, error: String((e as Error)?.stack ?? e) });
+        this.close(1011, 'internal error');
+      }
+    });
+  }
+
+  drained(): void {
+    if (!this.ws || this.ws.getBufferedAmount() > BACKPRESSURE_BYTES / 2) return;
+    for (const w of this.drainWaiters.splice(0)) w();
+  }
+
+  onClosed(): void {
+    this.closed = true;
+    this.ws = null;
+    for (const w of this.drainWaiters.splice(0)) w();
+  }
+}
+
+/** Writes an HTTP refusal of an upgrade in the family's envelope. */
+export function refuseUpgrade(res: uWS.HttpResponse, err: GatewayError, family: ErrorRenderer, requestId: string): void {
+  res.cork(() => {
+    res.writeStatus(statusLine(err.status));
+    res.writeHeader('content-type', 'application/json');
+    res.writeHeader('x-request-id', requestId);
+    for (const [k, v] of Object.entries(err.headers)) res.writeHeader(k, v);
+    res.end(family.render(err, requestId));
+  });
+}
+
+/** Reads a key from the places a socket route allows besides the headers (query, subprotocol). */
+export function socketKey(route: SocketRoute, req: UpgradeRequest): string | null {
+  for (const q of route.keyFrom?.query ?? []) {
+    const v = req.query.get(q);
+    if (v) return v.replace(/^Bearer\s+/i, '').trim();
+  }
+  for (const prefix of route.keyFrom?.protocolPrefixes ?? []) {
+    const p = req.protocols.find((x) => x.startsWith(prefix));
+    if (p) return p.slice(prefix.length);
+  }
+  return null;
+}

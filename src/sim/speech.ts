@@ -1,0 +1,114 @@
+// sim's POST /v1/audio/speech (the OpenAI-compatible contract): deterministic 24 kHz speech, 60 ms a character, in every
+// response_format (mp3 opus aac flac wav pcm), raw or as SSE speech.audio.delta/done events, streamed as produced.
+//
+// The text rides in the audio so that transcribing it gives it back (docs/upstreams.md, "sim's round trip"):
+// the PCM's least significant bits carry it (pcm, wav, flac keep every bit), and the containers that have tags
+// carry it as a tag too (mp3 and aac: ID3v2 TXXX; flac and opus: a Vorbis comment) — lossy codecs lose LSBs,
+// and sim's opus and aac are silent streams (src/audio has no encoder for them).
+import type http from 'node:http';
+import { audioEncoder, CONTENT_TYPES, type Codec } from '../audio/index.js';
+import { SimError, type Faults } from './http.js';
+
+/** What sim's speech lasts: 60 ms per character at speed 1 (so timings are a function of the text). */
+export const SIM_MS_PER_CHAR = 60;
+export const SIM_SPEECH_RATE = 24_000;
+/** The tag key that carries the text in containers with tags. */
+export const SIM_TEXT_TAG = 'tollgate_sim_text';
+const MAGIC = Buffer.from('TGT1', 'latin1');
+
+export const SPEECH_FORMATS: readonly Codec[] = ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'];
+
+/** Samples per character at this speed. */
+function perChar(speed: number): number {
+  return Math.round(((SIM_MS_PER_CHAR / speed) * SIM_SPEECH_RATE) / 1000);
+}
+
+/** One character's 60 ms: a tone whose pitch follows the character and the voice, faded in and out (silence for spaces). */
+export function synth(text: string, speed = 1, voice = ''): Int16Array {
+  const chars = [...text];
+  const per = perChar(speed);
+  let shift = 0;
+  for (const c of voice) shift = (shift * 31 + c.charCodeAt(0)) % 97;
+  const out = new Int16Array(chars.length * per);
+  chars.forEach((ch, i) => {
+    if (ch.trim() === '') return;
+    const f = 180 + shift + (ch.codePointAt(0)! % 64) * 12;
+    for (let n = 0; n < per; n++) {
+      const env = Math.min(1, n / 240, (per - n) / 240);
+      out[i * per + n] = Math.round(Math.sin((2 * Math.PI * f * n) / SIM_SPEECH_RATE) * 9000 * env);
+    }
+  });
+  embedText(out, text);
+  return out;
+}
+
+/** Writes `TGT1`, a 32-bit length and the UTF-8 text into the samples' least significant bits (as far as they reach). */
+export function embedText(samples: Int16Array, text: string): void {
+  const utf8 = Buffer.from(text, 'utf8');
+  const len = Buffer.alloc(4); len.writeUInt32BE(utf8.length);
+  const payload = Buffer.concat([MAGIC, len, utf8]);
+  const bits = Math.min(payload.length * 8, samples.length);
+  for (let i = 0; i < bits; i++) {
+    const bit = (payload[i >> 3]! >> (7 - (i & 7))) & 1;
+    samples[i] = (samples[i]! & ~1) | bit;
+  }
+}
+
+/** The text `embedText` wrote, or undefined when these samples carry none. */
+export function extractText(samples: Int16Array): string | undefined {
+  const byte = (k: number): number => {
+    let v = 0;
+    for (let b = 0; b < 8; b++) v = (v << 1) | (samples[k * 8 + b]! & 1);
+    return v;
+  };
+  if (samples.length < 64) return undefined;
+  for (let k = 0; k < 4; k++) if (byte(k) !== MAGIC[k]) return undefined;
+  const len = ((byte(4) << 24) | (byte(5) << 16) | (byte(6) << 8) | byte(7)) >>> 0;
+  if ((8 + len) * 8 > samples.length) return undefined;
+  const out = Buffer.alloc(len);
+  for (let k = 0; k < len; k++) out[k] = byte(8 + k);
+  return out.toString('utf8');
+}
+
+/** Pieces of 250 ms of audio, written one by one (a slow reader holds the rest back). */
+const PIECE = SIM_SPEECH_RATE / 4;
+
+export function speech(body: Record<string, unknown>, res: http.ServerResponse, faults?: Faults): void {
+  const input = body.input;
+  if (typeof input !== 'string' || input === '') throw new SimError(400, "'input' is required.", 'input');
+  if (typeof body.voice !== 'string' || body.voice === '') throw new SimError(400, "'voice' is required.", 'voice');
+  const format = (body.response_format ?? 'mp3') as Codec;
+  if (!SPEECH_FORMATS.includes(format)) throw new SimError(400, `response_format must be one of ${SPEECH_FORMATS.join(', ')}.`, 'response_format');
+  const sse = body.stream_format === 'sse';
+  if (body.stream_format !== undefined && body.stream_format !== 'sse' && body.stream_format !== 'audio') throw new SimError(400, "stream_format must be 'audio' or 'sse'.", 'stream_format');
+  const speed = body.speed === undefined ? 1 : body.speed;
+  if (typeof speed !== 'number' || !(speed >= 0.25 && speed <= 4)) throw new SimError(400, 'speed must be a number from 0.25 to 4.', 'speed');
+  const samples = synth(input, speed, body.voice);
+  const pcm = Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
+  const enc = audioEncoder(format, { inRate: SIM_SPEECH_RATE, totalSamples: samples.length, tags: { [SIM_TEXT_TAG]: input } });
+  const pieces: Buffer[] = [];
+  for (let i = 0; i < pcm.length; i += PIECE * 2) pieces.push(pcm.subarray(i, i + PIECE * 2));
+  let sent = 0;
+  const emit = (audio: Buffer): boolean => {
+    if (audio.length === 0) return true;
+    if (!sse) return res.write(audio);
+    return res.write(`data: ${JSON.stringify({ type: 'speech.audio.delta', audio: audio.toString('base64') })}\n\n`);
+  };
+  res.writeHead(200, { 'content-type': sse ? 'text/event-stream' : CONTENT_TYPES[format] });
+  const next = (): void => {
+    if (res.destroyed) return;
+    while (sent < pieces.length) {
+      if (faults?.truncateAfter != null && sent >= faults.truncateAfter) { res.destroy(); return; }
+      const ok = emit(enc.push(pieces[sent++]!));
+      if (!ok) { res.once('drain', next); return; }
+      if (faults && faults.delayMs > 0) { setTimeout(next, faults.delayMs); return; }
+    }
+    emit(enc.end());
+    if (sse) {
+      const tokens = Math.ceil([...input].length / 4);
+      res.write(`data: ${JSON.stringify({ type: 'speech.audio.done', usage: { input_tokens: tokens, output_tokens: 0, total_tokens: tokens } })}\n\n`);
+    }
+    res.end();
+  };
+  next();
+}

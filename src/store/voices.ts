@@ -1,0 +1,128 @@
+// Cloned voices and their samples: every read is scoped to the owning account, so no tenant sees another's.
+import { createHash } from 'node:crypto';
+import type { Queryable } from './db.js';
+import { base62 } from './ids.js';
+
+export interface SampleRecord {
+  id: string;
+  fileName: string;
+  mimeType: string;
+  sizeBytes: number;
+  hash: string;
+  durationSecs: number | null;
+}
+
+export interface VoiceRecord {
+  id: string;
+  accountId: string;
+  name: string;
+  description: string | null;
+  labels: Record<string, string>;
+  modelId: string;
+  upstream: string;
+  upstreamVoiceId: string;
+  createdAt: Date;
+  samples: SampleRecord[];
+}
+
+export interface NewSample { fileName: string; mimeType: string; data: Buffer; durationSecs: number | null }
+
+/** A voice to store: a VoiceRecord before it has an id, a creation time and stored samples. */
+export type NewVoice = Omit<VoiceRecord, 'id' | 'createdAt' | 'samples'> & { samples: NewSample[] };
+
+/** An id in the family's form (20 base62 characters, as ElevenLabs voice ids are). */
+export function newVoiceId(): string {
+  return base62(20);
+}
+
+export async function insertVoice(db: Queryable & { tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> }, v: NewVoice, id = newVoiceId()): Promise<string> {
+  await db.tx(async (c) => {
+    await c.query(
+      `INSERT INTO voices (id, account_id, name, description, labels, model_id, upstream, upstream_voice_id)
+       VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8)`,
+      [id, v.accountId, v.name, v.description, JSON.stringify(v.labels), v.modelId, v.upstream, v.upstreamVoiceId]);
+    let seq = 0;
+    for (const s of v.samples) {
+      await c.query(
+        `INSERT INTO voice_samples (id, voice_id, seq, file_name, mime_type, size_bytes, hash, duration_secs, data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+        [base62(20), id, seq++, s.fileName, s.mimeType, s.data.length, createHash('md5').update(s.data).digest('hex'), s.durationSecs, s.data]);
+    }
+  });
+  return id;
+}
+
+const VOICE_COLS = 'id, account_id, name, description, labels, model_id, upstream, upstream_voice_id, created_at';
+const SAMPLE_COLS = 'id, voice_id, file_name, mime_type, size_bytes, hash, duration_secs';
+
+function toSample(r: Record<string, unknown>): SampleRecord {
+  return { id: r.id as string, fileName: r.file_name as string, mimeType: r.mime_type as string, sizeBytes: Number(r.size_bytes),
+    hash: r.hash as string, durationSecs: r.duration_secs === null ? null : Number(r.duration_secs) };
+}
+
+function toVoice(r: Record<string, unknown>, samples: SampleRecord[]): VoiceRecord {
+  return { id: r.id as string, accountId: r.account_id as string, name: r.name as string, description: (r.description as string | null) ?? null,
+    labels: (r.labels as Record<string, string>) ?? {}, modelId: r.model_id as string, upstream: r.upstream as string,
+    upstreamVoiceId: r.upstream_voice_id as string, createdAt: r.created_at as Date, samples };
+}
+
+async function withSamples(db: Queryable, rows: Record<string, unknown>[]): Promise<VoiceRecord[]> {
+  if (rows.length === 0) return [];
+  const ids = rows.map((r) => r.id as string);
+  const res = await db.query(`SELECT ${SAMPLE_COLS} FROM voice_samples WHERE voice_id = ANY($1) ORDER BY voice_id, seq`, [ids]);
+  const by = new Map<string, SampleRecord[]>();
+  for (const r of res.rows) {
+    const list = by.get(r.voice_id as string) ?? [];
+    list.push(toSample(r));
+    by.set(r.voice_id as string, list);
+  }
+  return rows.map((r) => toVoice(r, by.get(r.id as string) ?? []));
+}
+
+/** The account's voice, or null: another account's id is the same as an id that does not exist. */
+export async function voiceOf(db: Queryable, accountId: string, voiceId: string): Promise<VoiceRecord | null> {
+  const res = await db.query(`SELECT ${VOICE_COLS} FROM voices WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL`, [voiceId, accountId]);
+  return (await withSamples(db, res.rows))[0] ?? null;
+}
+
+/** The account's voices, oldest first. */
+export async function voicesOf(db: Queryable, accountId: string): Promise<VoiceRecord[]> {
+  const res = await db.query(`SELECT ${VOICE_COLS} FROM voices WHERE account_id = $1 AND deleted_at IS NULL ORDER BY created_at, id`, [accountId]);
+  return withSamples(db, res.rows);
+}
+
+/** Removes the voice and its sample bytes; false when the account has no such voice. */
+export async function deleteVoice(db: Queryable & { tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> }, accountId: string, voiceId: string): Promise<boolean> {
+  return db.tx(async (c) => {
+    const res = await c.query('UPDATE voices SET deleted_at = now() WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL', [voiceId, accountId]);
+    if (!res.rowCount) return false;
+    await c.query('DELETE FROM voice_samples WHERE voice_id = $1', [voiceId]);
+    return true;
+  });
+}
+
+/** Removes one sample of the account's voice; false when either is not the account's. */
+export async function deleteSample(db: Queryable, accountId: string, voiceId: string, sampleId: string): Promise<boolean> {
+  const res = await db.query(
+    `DELETE FROM voice_samples s USING voices v
+      WHERE s.id = $1 AND s.voice_id = $2 AND v.id = s.voice_id AND v.account_id = $3 AND v.deleted_at IS NULL`, [sampleId, voiceId, accountId]);
+  return (res.rowCount ?? 0) > 0;
+}
+
+/** A sample's bytes, when the voice and sample are the account's. */
+export async function sampleAudio(db: Queryable, accountId: string, voiceId: string, sampleId: string): Promise<{ mimeType: string; data: Buffer } | null> {
+  const res = await db.query(
+    `SELECT s.mime_type, s.data FROM voice_samples s JOIN voices v ON v.id = s.voice_id
+      WHERE s.id = $1 AND s.voice_id = $2 AND v.account_id = $3 AND v.deleted_at IS NULL`, [sampleId, voiceId, accountId]);
+  const r = res.rows[0];
+  return r ? { mimeType: r.mime_type as string, data: r.data as Buffer } : null;
+}
+
+/** Voices the account holds now, and voices it added since `since` (deleted ones included). */
+export async function voiceCounts(db: Queryable, accountId: string, since: Date): Promise<{ held: number; addedSince: number }> {
+  const res = await db.query(
+    `SELECT count(*) FILTER (WHERE deleted_at IS NULL)::int AS held, count(*) FILTER (WHERE created_at >= $2)::int AS added
+       FROM voices WHERE account_id = $1`, [accountId, since]);
+  const r = res.rows[0]!;
+  return { held: r.held as number, addedSince: r.added as number };
+}

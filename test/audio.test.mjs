@@ -1,0 +1,154 @@
+// /alpha/v1/audio/*: speech in every format, transcription and translation of it, each billed exactly its priced usage;
+// refusals bill nothing; the dropped-stream rule.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { parseBuffer } from 'music-metadata';
+import { startGateway, assertInvariants, bearer } from './helpers/gateway.mjs';
+
+const OPTS = { store: 'pglite' };
+/** sim-tts: $15 per million characters; sim-stt: $0.006 per minute = 100 nanodollars a millisecond. */
+const PER_CHAR = 15_000n;
+const PER_MS = 100n;
+
+const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
+
+/** The balance once `spent` has been debited (debits commit just after the reply); fails if it moves by anything else. */
+async function expectSpent(gw, account, before, spent) {
+  let now = await balanceNano(gw, account);
+  for (let i = 0; i < 60 && before - now !== spent; i++) { await new Promise((r) => setTimeout(r, 50)); now = await balanceNano(gw, account); }
+  assert.equal(before - now, spent);
+}
+
+function speech(gw, key, body, headers = {}) {
+  return gw.fetch('/alpha/v1/audio/speech', { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'tts-1', voice: 'alloy', ...body }) });
+}
+
+function upload(gw, key, path, file, name, fields = {}) {
+  const form = new FormData();
+  form.append('file', new Blob([file]), name);
+  for (const [k, v] of Object.entries({ model: 'whisper-1', ...fields })) for (const x of [v].flat()) form.append(k, x);
+  return gw.fetch(path, { method: 'POST', headers: { authorization: bearer(key).authorization }, body: form });
+}
+
+const TEXT = 'Tollgate speaks, then hears itself.';
+const EXT = { mp3: 'mp3', opus: 'ogg', aac: 'aac', flac: 'flac', wav: 'wav' };
+
+test('speech in every format has its content type and decodes; transcribing it gives the text back; each call billed exactly', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('10');
+  const types = { mp3: 'audio/mpeg', opus: 'audio/ogg', aac: 'audio/aac', flac: 'audio/flac', wav: 'audio/wav', pcm: 'audio/pcm' };
+  const chars = BigInt([...TEXT].length);
+  for (const fmt of Object.keys(types)) {
+    let before = await balanceNano(gw, account);
+    const r = await speech(gw, key, { input: TEXT, response_format: fmt });
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('content-type'), types[fmt]);
+    const audio = Buffer.from(await r.arrayBuffer());
+    await expectSpent(gw, account, before, chars * PER_CHAR);
+    if (fmt === 'pcm') { assert.equal(audio.length, [...TEXT].length * 1440 * 2); continue; }
+    const m = await parseBuffer(audio, { size: audio.length }, { duration: true });
+    assert.ok(m.format.duration > 0);
+    before = await balanceNano(gw, account);
+    const tr = await upload(gw, key, '/alpha/v1/audio/transcriptions', audio, `speech.${EXT[fmt]}`);
+    assert.equal(tr.status, 200, await tr.clone().text());
+    assert.equal((await tr.json()).text, TEXT, fmt);
+    // billed by the duration Tollgate reads from the file (music-metadata), in whole milliseconds rounded up
+    // (ADTS: whole 1024-sample frames at 24 kHz, counted — music-metadata only estimates those)
+    const secs = fmt === 'aac' ? Math.ceil(([...TEXT].length * 1440) / 1024) * 1024 / 24_000
+      : (await parseBuffer(audio, { size: audio.length }, { duration: true })).format.duration;
+    await expectSpent(gw, account, before, BigInt(Math.ceil(secs * 1000)) * PER_MS);
+  }
+  await assertInvariants(assert, gw, account);
+});
+
+test('under /v1 too; translations, verbose_json, text and SSE formats pass through; streamed speech as SSE events', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('10');
+  const wav = Buffer.from(await (await speech(gw, key, { input: TEXT, response_format: 'wav' })).arrayBuffer());
+  const v = await (await upload(gw, key, '/v1/audio/translations', wav, 'a.wav', { response_format: 'verbose_json' })).json();
+  assert.equal(v.task, 'translate');
+  assert.equal(v.text, TEXT);
+  assert.equal(v.duration, [...TEXT].length * 0.06);
+  const w = await (await upload(gw, key, '/v1/audio/transcriptions', wav, 'a.wav', { response_format: 'verbose_json', 'timestamp_granularities[]': ['word'] })).json();
+  assert.equal(w.words.at(-1).end, v.duration);
+  const text = await upload(gw, key, '/v1/audio/transcriptions', wav, 'a.wav', { response_format: 'text' });
+  assert.equal(await text.text(), `${TEXT}\n`);
+  const sse = await upload(gw, key, '/v1/audio/transcriptions', wav, 'a.wav', { stream: 'true' });
+  assert.equal(sse.headers.get('content-type'), 'text/event-stream');
+  const events = (await sse.text()).trim().split('\n\n').map((e) => JSON.parse(e.slice(6)));
+  assert.equal(events.at(-1).type, 'transcript.text.done');
+  assert.equal(events.at(-1).text, TEXT);
+  const s = await speech(gw, key, { input: TEXT, response_format: 'pcm', stream_format: 'sse' });
+  assert.equal(s.headers.get('content-type'), 'text/event-stream');
+  const se = (await s.text()).trim().split('\n\n').map((e) => JSON.parse(e.slice(6)));
+  assert.equal(se.at(-1).type, 'speech.audio.done');
+  const pcm = Buffer.concat(se.filter((e) => e.type === 'speech.audio.delta').map((e) => Buffer.from(e.audio, 'base64')));
+  assert.equal(pcm.length, [...TEXT].length * 1440 * 2);
+  await assertInvariants(assert, gw, account);
+});
+
+test('refusals: enumerations, unknown model (nearest named), voice, unreadable audio, malformed multipart, 413, scope — nothing billed', async (t) => {
+  const gw = await startGateway(t, { ...OPTS, limits: { route_upload_bytes: { 'audio.translations': 4096 } } });
+  const { key, account } = await gw.account('10');
+  const before = await balanceNano(gw, account);
+  const err = async (r, status, code, param) => {
+    const b = await r.json();
+    assert.equal(r.status, status, JSON.stringify(b));
+    assert.equal(b.error.code, code);
+    if (param !== undefined) assert.equal(b.error.param, param);
+    return b.error;
+  };
+  await err(await speech(gw, key, { input: 'x', response_format: 'ogg' }), 400, 'invalid_value', 'response_format');
+  await err(await speech(gw, key, { input: 'x', stream_format: 'chunks' }), 400, 'invalid_value', 'stream_format');
+  await err(await speech(gw, key, { input: 'x', voice: 'nobody' }), 400, 'invalid_value', 'voice');
+  const nf = await err(await speech(gw, key, { input: 'x', model: 'tts-2' }), 404, 'model_not_found', 'model');
+  assert.match(nf.message, /Did you mean `tts-1`\?/);
+  await err(await speech(gw, key, { input: 'x', model: 'whisper-1' }), 404, 'model_not_found', 'model');
+  const notAudio = Buffer.from('this is not audio '.repeat(40));
+  await err(await upload(gw, key, '/alpha/v1/audio/transcriptions', notAudio, 'a.wav'), 400, 'invalid_audio', 'file');
+  await err(await upload(gw, key, '/alpha/v1/audio/transcriptions', notAudio, 'a.wav', { response_format: 'docx' }), 400, 'invalid_value', 'response_format');
+  await err(await upload(gw, key, '/alpha/v1/audio/transcriptions', notAudio, 'a.wav', { model: 'whisper-2' }), 404, 'model_not_found', 'model');
+  const cut = await gw.fetch('/alpha/v1/audio/transcriptions', { method: 'POST', headers: { ...bearer(key), 'content-type': 'multipart/form-data; boundary=XYZ' },
+    body: '--XYZ\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF....' });
+  await err(cut, 400, 'invalid_multipart');
+  await err(await upload(gw, key, '/alpha/v1/audio/translations', Buffer.alloc(8192), 'big.wav'), 413, 'request_too_large');
+  const { key: llmOnly } = await gw.account('1', { scopes: 'llm' });
+  await err(await speech(gw, llmOnly, { input: 'x' }), 403, 'insufficient_scope');
+  await err(await upload(gw, llmOnly, '/alpha/v1/audio/transcriptions', notAudio, 'a.wav'), 403, 'insufficient_scope');
+  // an upstream that fails bills nothing
+  await err(await speech(gw, key, { input: 'x' }, { 'x-sim-fail-status': '500' }), 502, 'upstream_error');
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal(await balanceNano(gw, account), before, 'nothing billed');
+  await assertInvariants(assert, gw, account);
+});
+
+test('a dropped speech stream: after audio reached the client, the whole text is billed; before any, nothing', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('10');
+  const text = 'A long sentence that takes a while to speak, piece by piece. '.repeat(4);
+  const chars = BigInt([...text].length);
+  // the client leaves after its first read (sim waits 200 ms between 250 ms pieces)
+  let before = await balanceNano(gw, account);
+  const ac = new AbortController();
+  const r = await speech(gw, key, { input: text, response_format: 'pcm' }, { 'x-sim-token-delay-ms': '200' });
+  const reader = r.body.getReader();
+  const first = await reader.read();
+  assert.ok(first.value.length > 0);
+  ac.abort(); await reader.cancel();
+  await expectSpent(gw, account, before, chars * PER_CHAR);
+  // the upstream breaks after two pieces: the stream is cut short, the whole text billed (partial)
+  before = await balanceNano(gw, account);
+  const broken = await speech(gw, key, { input: text, response_format: 'pcm' }, { 'x-sim-truncate-after': '2' });
+  await assert.rejects(broken.arrayBuffer());
+  await expectSpent(gw, account, before, chars * PER_CHAR);
+  // the upstream breaks before any audio: nothing
+  before = await balanceNano(gw, account);
+  const none = await speech(gw, key, { input: text, response_format: 'pcm' }, { 'x-sim-truncate-after': '0' });
+  // sim dies before its headers leave: an upstream error, in the family's envelope
+  assert.equal(none.status, 502);
+  assert.equal((await none.json()).error.code, 'upstream_unavailable');
+  await new Promise((r2) => setTimeout(r2, 300));
+  assert.equal(await balanceNano(gw, account), before);
+  await assertInvariants(assert, gw, account);
+});

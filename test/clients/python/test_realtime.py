@@ -1,0 +1,86 @@
+"""The official `openai` Python client's realtime helper (`client.realtime.connect`, the GA protocol over
+a WebSocket) against `tollgate serve`: a text turn billed exactly its usage, a session.update refused for
+G.711 audio with the session kept, and an ephemeral client secret minted with the client and used."""
+from __future__ import annotations
+
+import openai
+import pytest
+
+from gateway import Account, Gateway
+
+
+def price_nano(input_tokens: int, output_tokens: int) -> int:
+    """sim-chat's price: $0.30 in, $2.50 out per million tokens, rounded up once."""
+    num = input_tokens * 300_000_000 + output_tokens * 2_500_000_000
+    return -(-num // 1_000_000)
+
+
+def ws_client(gateway: Gateway, key: str, base: str) -> openai.OpenAI:
+    return openai.OpenAI(api_key=key, base_url=gateway.url + base, max_retries=0, timeout=30)
+
+
+def text_turn(conn, text: str):
+    conn.conversation.item.create(item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    conn.response.create()
+    deltas: list[str] = []
+    for event in conn:
+        if event.type == "response.output_text.delta":
+            deltas.append(event.delta)
+        elif event.type == "error":
+            raise AssertionError(f"error event: {event.error}")
+        elif event.type == "response.done":
+            return "".join(deltas), event.response
+
+
+@pytest.mark.parametrize("base", ["/v1", "/alpha/v1"])
+def test_a_text_turn_streams_the_reply_and_bills_exactly_its_usage(gateway: Gateway, account: Account, base: str):
+    before = gateway.balance(account.key)
+    with ws_client(gateway, account.key, base).realtime.connect(model="sim-chat") as conn:
+        created = conn.recv()
+        assert created.type == "session.created"
+        conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "instructions": "Answer briefly."})
+        updated = conn.recv()
+        assert updated.type == "session.updated"
+        assert updated.session.instructions == "Answer briefly."
+        text, response = text_turn(conn, "Say hello to the realtime gateway.")
+    assert response.status == "completed"
+    assert text and response.output[0].content[0].text == text
+    usage = response.usage
+    assert usage.input_tokens > 0 and usage.output_tokens > 0
+    gateway.assert_debited(account.key, before, price_nano(usage.input_tokens, usage.output_tokens))
+
+
+def test_session_update_with_pcmu_is_an_error_event_and_the_session_keeps_its_configuration(gateway: Gateway, account: Account):
+    with ws_client(gateway, account.key, "/v1").realtime.connect(model="sim-chat") as conn:
+        assert conn.recv().type == "session.created"
+        conn.session.update(session={"type": "realtime", "instructions": "Kept."})
+        assert conn.recv().type == "session.updated"
+        conn.session.update(session={"type": "realtime", "instructions": "Not kept.",
+                                     "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
+        err = conn.recv()
+        assert err.type == "error"
+        assert err.error.type == "invalid_request_error"
+        assert err.error.code == "unsupported_parameter"
+        assert err.error.param == "session.audio.input.format"
+        conn.session.update(session={"type": "realtime"})
+        kept = conn.recv()
+        assert kept.type == "session.updated"
+        assert kept.session.instructions == "Kept."
+
+
+def test_an_ephemeral_client_secret_minted_by_the_client_opens_a_session_billed_to_its_parent(gateway: Gateway, account: Account):
+    parent = ws_client(gateway, account.key, "/v1")
+    secret = parent.realtime.client_secrets.create(
+        expires_after={"anchor": "created_at", "seconds": 600},
+        session={"type": "realtime", "model": "sim-chat", "instructions": "From the secret."})
+    assert secret.value.startswith("ek_")
+    before = gateway.balance(account.key)
+    with ws_client(gateway, secret.value, "/v1").realtime.connect(model="sim-chat") as conn:
+        created = conn.recv()
+        assert created.type == "session.created"
+        assert created.session.instructions == "From the secret."
+        _, response = text_turn(conn, "Hello with an ephemeral key.")
+    gateway.assert_debited(account.key, before, price_nano(response.usage.input_tokens, response.usage.output_tokens))
+    # The secret is no API key for anything else.
+    with pytest.raises(openai.AuthenticationError):
+        ws_client(gateway, secret.value, "/v1").models.list()

@@ -1,0 +1,363 @@
+// WS /alpha/v1/realtime with a raw `ws` client: text turns billed exactly per response, session.update
+// validation, malformed events, the subprotocol key, the session's concurrency slot, a drop mid-response.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import { startGateway, assertInvariants, priceNano, TEST_MODELS } from './helpers/gateway.mjs';
+
+const OPTS = { store: 'pglite' };
+/** PostgreSQL and the Redis limiter: the migration, the session's slot and its parts settled through Redis. */
+const SHARED = { store: 'postgres', redis: true };
+
+function wsUrl(gw, path = '/alpha/v1/realtime', model = 'sim-chat') {
+  return `${gw.url.replace(/^http/, 'ws')}${path}${model ? `?model=${model}` : ''}`;
+}
+
+/** Opens a socket; resolves with it once open (and its first event, session.created), or with the HTTP refusal. */
+function connect(url, { headers = {}, protocols } = {}) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, protocols, { headers });
+    const events = [];
+    const waiters = [];
+    ws.on('message', (d) => {
+      events.push(JSON.parse(d.toString()));
+      for (const w of waiters.splice(0)) w();
+    });
+    const closed = new Promise((r) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() })));
+    /** Resolves with the first event (from `from` on) that satisfies `pred`. */
+    const until = async (pred, from = 0) => {
+      for (;;) {
+        const hit = events.slice(from).find(pred);
+        if (hit) return hit;
+        await new Promise((r) => waiters.push(r));
+      }
+    };
+    ws.on('open', () => resolve({ ws, events, closed, until, send: (e) => ws.send(JSON.stringify(e)) }));
+    ws.on('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (c) => { body += c; });
+      res.on('end', () => resolve({ refused: { status: res.statusCode, body: JSON.parse(body) } }));
+    });
+    ws.on('error', (e) => { if (!String(e.message).includes('Unexpected server response')) reject(e); });
+  });
+}
+
+const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
+
+/** Waits for the ledger to show `spent` (debits are committed just after they are made durable). */
+async function spentBecomes(gw, account, before, spent) {
+  let now = await balanceNano(gw, account);
+  for (let i = 0; i < 60 && before - now !== spent; i++) { await new Promise((x) => setTimeout(x, 50)); now = await balanceNano(gw, account); }
+  return before - now;
+}
+
+const userText = (text) => ({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
+
+test('a text turn: item created, the reply streamed as output_text deltas, response.done with usage, billed exactly that usage', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  assert.ok(s.ws, JSON.stringify(s.refused));
+  const created = await s.until((e) => e.type === 'session.created');
+  assert.equal(created.session.model, 'sim-chat');
+  s.send(userText('Say hello to the realtime gateway.'));
+  const item = await s.until((e) => e.type === 'conversation.item.created');
+  assert.equal(item.item.role, 'user');
+  assert.equal(item.item.content[0].text, 'Say hello to the realtime gateway.');
+  s.send({ type: 'response.create' });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  const types = s.events.map((e) => e.type);
+  assert.ok(types.indexOf('response.created') < types.indexOf('response.output_text.delta'));
+  const deltas = s.events.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join('');
+  const textDone = s.events.find((e) => e.type === 'response.output_text.done');
+  assert.ok(deltas.length > 0);
+  assert.equal(textDone.text, deltas);
+  assert.equal(done.response.output[0].content[0].text, deltas);
+  const u = done.response.usage;
+  assert.ok(u.input_tokens > 0 && u.output_tokens > 0);
+  assert.equal(u.total_tokens, u.input_tokens + u.output_tokens);
+  // A second turn sees the first: its prompt is longer, and it is billed too.
+  s.send(userText('And again.'));
+  s.send({ type: 'response.create' });
+  const done2 = await s.until((e) => e.type === 'response.done' && e.response.id !== done.response.id);
+  assert.ok(done2.response.usage.input_tokens > u.input_tokens, 'the conversation carries the first turn');
+  const expected = priceNano(u.input_tokens, u.output_tokens) + priceNano(done2.response.usage.input_tokens, done2.response.usage.output_tokens);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed exactly each response\'s usage at the model\'s price');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('session.update with pcmu (GA), g711_ulaw (beta) or semantic_vad is an error event naming the field, and the session keeps its configuration', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const s = await connect(wsUrl(gw, '/v1/realtime'), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  s.send({ type: 'session.update', session: { type: 'realtime', instructions: 'Be brief.' } });
+  const ok = await s.until((e) => e.type === 'session.updated');
+  assert.equal(ok.session.instructions, 'Be brief.');
+  s.send({ type: 'session.update', event_id: 'evt_pcmu', session: { type: 'realtime', instructions: 'Changed?', audio: { input: { format: { type: 'audio/pcmu' } } } } });
+  const err = await s.until((e) => e.type === 'error');
+  assert.equal(err.error.type, 'invalid_request_error');
+  assert.equal(err.error.code, 'unsupported_parameter');
+  assert.equal(err.error.param, 'session.audio.input.format');
+  assert.equal(err.error.event_id, 'evt_pcmu');
+  const n = s.events.length;
+  s.send({ type: 'session.update', session: { input_audio_format: 'g711_ulaw' } });
+  const err2 = await s.until((e) => e.type === 'error', n);
+  assert.equal(err2.error.param, 'session.input_audio_format');
+  const n2 = s.events.length;
+  s.send({ type: 'session.update', session: { type: 'realtime', audio: { input: { turn_detection: { type: 'semantic_vad' } } } } });
+  const err3 = await s.until((e) => e.type === 'error', n2);
+  assert.equal(err3.error.param, 'session.audio.input.turn_detection.type');
+  const n3 = s.events.length;
+  s.send({ type: 'session.update', session: { type: 'realtime', audio: { input: { turn_detection: null } } } });
+  const kept = await s.until((e) => e.type === 'session.updated', n3);
+  assert.equal(kept.session.instructions, 'Be brief.', 'the rejected updates changed nothing');
+  assert.deepEqual(kept.session.audio.input.format, { type: 'audio/pcm', rate: 24000 });
+  assert.equal(kept.session.audio.input.turn_detection, null);
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('a malformed frame and an unknown event get error events; the session goes on', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key } = await gw.account('1');
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  s.ws.send('{"type": "session.upd');
+  const e1 = await s.until((e) => e.type === 'error');
+  assert.equal(e1.error.type, 'invalid_request_error');
+  assert.equal(e1.error.code, 'invalid_json');
+  s.send({ type: 'no.such.event' });
+  const e2 = await s.until((e) => e.type === 'error' && e.error.code === 'invalid_event');
+  assert.match(e2.error.message, /no\.such\.event/);
+  s.send({ type: 'session.update', session: { instructions: 'still here' } });
+  assert.equal((await s.until((e) => e.type === 'session.updated')).session.instructions, 'still here');
+  s.ws.close();
+});
+
+test('the key in the browser subprotocol (openai-insecure-api-key.<KEY>, alpha-insecure-api-key.<KEY>); the server answers "realtime"; a bad key or scope is an HTTP refusal in the alpha envelope', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  for (const prefix of ['openai-insecure-api-key.', 'alpha-insecure-api-key.']) {
+    const s = await connect(wsUrl(gw), { protocols: ['realtime', `${prefix}${key}`] });
+    assert.ok(s.ws, JSON.stringify(s.refused));
+    assert.equal(s.ws.protocol, 'realtime');
+    await s.until((e) => e.type === 'session.created');
+    s.ws.close();
+    await s.closed;
+  }
+  const bad = await connect(wsUrl(gw), { protocols: ['realtime', 'openai-insecure-api-key.svc_live_notarealkeyatall0000000000000000000'] });
+  assert.equal(bad.refused?.status, 401);
+  assert.equal(bad.refused.body.error.code, 'invalid_api_key');
+  const { key: voiceOnly } = await gw.account('1', { scopes: 'voice' });
+  const scoped = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${voiceOnly}` } });
+  assert.equal(scoped.refused?.status, 403);
+  const noModel = await connect(wsUrl(gw, '/alpha/v1/realtime', 'sim-tts'), { headers: { authorization: `Bearer ${key}` } });
+  assert.equal(noModel.refused?.status >= 400, true, 'a model that is not a chat model is refused at the upgrade');
+  await assertInvariants(assert, gw, account);
+});
+
+test('a session holds one concurrency slot for its life (PostgreSQL + Redis): a second one is refused with 429 until the first closes', async (t) => {
+  const gw = await startGateway(t, SHARED);
+  const { key, account } = await gw.account('1', { concurrency: 1 });
+  const first = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  assert.ok(first.ws);
+  const second = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  assert.equal(second.refused?.status, 429);
+  assert.equal(second.refused.body.error.code, 'concurrency_limit_exceeded');
+  first.ws.close();
+  await first.closed;
+  let third;
+  for (let i = 0; i < 40; i++) {
+    third = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+    if (third.ws) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(third.ws, 'the slot was freed at the close');
+  third.ws.close();
+  await third.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('a socket dropped mid-response is billed for the prompt and the output produced, and no more (PostgreSQL + Redis)', async (t) => {
+  const gw = await startGateway(t, SHARED);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  // The sim streams a token every 40 ms (its test control, forwarded from the upgrade's headers).
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-token-delay-ms': '40' } });
+  await s.until((e) => e.type === 'session.created');
+  s.send(userText('Tell me a long story about gateways.'));
+  s.send({ type: 'response.create', response: { max_output_tokens: 400 } });
+  await s.until((e) => e.type === 'response.output_text.delta');
+  await new Promise((r) => setTimeout(r, 200));
+  s.ws.terminate();
+  await s.closed;
+  // The session settles what it produced, then frees its hold.
+  let spent = 0n;
+  for (let i = 0; i < 100; i++) {
+    const holds = /^tollgate_open_holds (\d+)/m.exec(await (await gw.fetch('/metrics')).text());
+    if (holds && Number(holds[1]) === 0) { spent = before - await balanceNano(gw, account); if (spent > 0n) break; }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const seen = s.events.filter((e) => e.type === 'response.output_text.delta').length;
+  assert.ok(spent >= priceNano(1, seen), `what was produced is billed (${seen} deltas seen)`);
+  assert.ok(spent < priceNano(200, 400), 'less than the whole response would have cost');
+  await assertInvariants(assert, gw, account);
+});
+
+test('response.cancel stops the response: status cancelled, billed for what was produced', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-token-delay-ms': '40' } });
+  await s.until((e) => e.type === 'session.created');
+  s.send(userText('Tell me a long story about gateways.'));
+  s.send({ type: 'response.create', response: { max_output_tokens: 400 } });
+  await s.until((e) => e.type === 'response.output_text.delta');
+  s.send({ type: 'response.cancel' });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'cancelled');
+  assert.equal(done.response.status_details.reason, 'client_cancelled');
+  const u = done.response.usage;
+  assert.ok(u.output_tokens > 0 && u.output_tokens < 400);
+  const expected = priceNano(u.input_tokens, u.output_tokens);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected);
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+/** Mints a client secret with `key`; returns the parsed reply (and the status). */
+async function mint(gw, key, body, path = '/alpha/v1/realtime/client_secrets') {
+  const r = await gw.fetch(path, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  return { status: r.status, body: await r.json() };
+}
+
+test('an ephemeral client secret opens a session from the browser subprotocol, with the configuration it was minted with, billed to its parent key; it opens nothing else', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const m = await mint(gw, key, { session: { type: 'realtime', model: 'sim-chat', instructions: 'Minted instructions.' } });
+  assert.equal(m.status, 200, JSON.stringify(m.body));
+  assert.match(m.body.value, /^ek_/);
+  const now = Math.floor(Date.now() / 1000);
+  assert.ok(m.body.expires_at > now + 590 && m.body.expires_at <= now + 601, 'ten minutes by default');
+  assert.equal(m.body.session.instructions, 'Minted instructions.');
+  // The model comes from the secret: no ?model= needed.
+  const s = await connect(wsUrl(gw, '/alpha/v1/realtime', null), { protocols: ['realtime', `openai-insecure-api-key.${m.body.value}`] });
+  assert.ok(s.ws, JSON.stringify(s.refused));
+  const created = await s.until((e) => e.type === 'session.created');
+  assert.equal(created.session.instructions, 'Minted instructions.');
+  assert.equal(created.session.model, 'sim-chat');
+  s.send(userText('Hello from a browser.'));
+  s.send({ type: 'response.create' });
+  const done = await s.until((e) => e.type === 'response.done');
+  const u = done.response.usage;
+  const expected = priceNano(u.input_tokens, u.output_tokens);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed to the parent key\'s account');
+  s.ws.close();
+  await s.closed;
+  // The secret is no API key: an HTTP route refuses it.
+  const chat = await gw.fetch('/alpha/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${m.body.value}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }] }) });
+  assert.equal(chat.status, 401);
+  // A session configuration the realtime route would refuse is refused at minting, in the alpha envelope.
+  const bad = await mint(gw, key, { session: { type: 'realtime', audio: { output: { format: { type: 'audio/pcma' } } } } });
+  assert.equal(bad.status, 400);
+  assert.equal(bad.body.error.param, 'session.audio.output.format');
+  const older = await mint(gw, key, { model: 'sim-chat', instructions: 'beta shape' }, '/alpha/v1/realtime/sessions');
+  assert.equal(older.status, 200, JSON.stringify(older.body));
+  assert.match(older.body.client_secret.value, /^ek_/);
+  const s2 = await connect(wsUrl(gw, '/v1/realtime', 'sim-chat'), { headers: { authorization: `Bearer ${older.body.client_secret.value}` } });
+  assert.ok(s2.ws, JSON.stringify(s2.refused));
+  assert.equal((await s2.until((e) => e.type === 'session.created')).session.instructions, 'beta shape');
+  s2.ws.close();
+  await s2.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('an expired client secret, an unknown one, and one whose parent key was revoked are refused with 401 at the upgrade (PostgreSQL + Redis)', async (t) => {
+  const gw = await startGateway(t, SHARED);
+  const { key, prefix, account } = await gw.account('1');
+  const short = await mint(gw, key, { expires_after: { anchor: 'created_at', seconds: 10 }, session: { type: 'realtime', model: 'sim-chat' } });
+  assert.equal(short.status, 200, JSON.stringify(short.body));
+  const tooShort = await mint(gw, key, { expires_after: { anchor: 'created_at', seconds: 5 } });
+  assert.equal(tooShort.status, 422, 'at least 10 seconds, as the family allows (a schema error, as every route has it)');
+  const long = await mint(gw, key, { session: { type: 'realtime', model: 'sim-chat' } });
+  const unknown = await connect(wsUrl(gw), { protocols: ['realtime', 'openai-insecure-api-key.ek_nosuchsecret000000000000000000000000000'] });
+  assert.equal(unknown.refused?.status, 401);
+  assert.equal(unknown.refused.body.error.code, 'invalid_api_key');
+  // Past its expiry (10 s), the secret opens nothing.
+  await new Promise((r) => setTimeout(r, 11_000));
+  const expired = await connect(wsUrl(gw), { protocols: ['realtime', `openai-insecure-api-key.${short.body.value}`] });
+  assert.equal(expired.refused?.status, 401);
+  assert.match(expired.refused.body.error.message, /expired/);
+  // The long one works, until its parent key is revoked.
+  const ok = await connect(wsUrl(gw), { protocols: ['realtime', `openai-insecure-api-key.${long.body.value}`] });
+  assert.ok(ok.ws, JSON.stringify(ok.refused));
+  ok.ws.close();
+  await ok.closed;
+  await gw.cli('key', 'revoke', prefix);
+  let refused;
+  for (let i = 0; i < 40; i++) {
+    const r = await connect(wsUrl(gw), { protocols: ['realtime', `openai-insecure-api-key.${long.body.value}`] });
+    if (r.refused) { refused = r.refused; break; }
+    r.ws.close();
+    await r.closed;
+    await new Promise((x) => setTimeout(x, 100));
+  }
+  assert.equal(refused?.status, 401);
+  assert.match(refused.body.error.message, /revoked/);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a model of kind realtime runs its text turns on its upstream_model (a chat model there), at its own token prices', async (t) => {
+  const models = [...TEST_MODELS, { id: 'sim-realtime', upstream: 'sim', upstream_model: 'sim-chat', kind: 'realtime', simulated: true, aliases: ['gpt-realtime'],
+    input_per_mtok: '1.00', output_per_mtok: '4.00', audio_in_per_minute: '0.06', max_output_tokens: 4096 }];
+  const gw = await startGateway(t, { ...OPTS, models });
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw, '/v1/realtime', 'gpt-realtime'), { headers: { authorization: `Bearer ${key}` } });
+  assert.ok(s.ws, JSON.stringify(s.refused));
+  assert.equal((await s.until((e) => e.type === 'session.created')).session.model, 'sim-realtime');
+  s.send(userText('Hello, realtime model.'));
+  s.send({ type: 'response.create' });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  const u = done.response.usage;
+  const expected = priceNano(u.input_tokens, u.output_tokens, 1_000_000_000n, 4_000_000_000n);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected);
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('a session whose balance runs out is told with an error event and closed with 1008, billed exactly the responses it got', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  // 1,000 nanodollars: a few responses (admission needs the balance above what is held; each response holds, then settles).
+  const { key, account } = await gw.account('0.000001');
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  assert.ok(s.ws, JSON.stringify(s.refused));
+  await s.until((e) => e.type === 'session.created');
+  let billed = 0n;
+  let err = null;
+  for (let i = 0; i < 40 && !err; i++) {
+    const from = s.events.length;
+    s.send({ type: 'response.create', response: { conversation: 'none', max_output_tokens: 300,
+      input: [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: `Tell me a long story, part ${i}.` }] }] } });
+    const done = await s.until((e) => e.type === 'response.done', from);
+    if (done.response.status === 'completed') billed += priceNano(done.response.usage.input_tokens, done.response.usage.output_tokens);
+    else err = await s.until((e) => e.type === 'error', from);
+  }
+  assert.ok(err, 'the balance ran out within 40 responses');
+  assert.equal(err.error.code, 'insufficient_balance');
+  assert.equal((await s.closed).code, 1008);
+  assert.ok(billed > 0n);
+  assert.equal(await spentBecomes(gw, account, 1_000n, billed), billed, 'billed exactly the responses that ran, nothing for the refused one');
+  await assertInvariants(assert, gw, account);
+});

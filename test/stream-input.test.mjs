@@ -1,0 +1,253 @@
+// WS /beta/v1/text-to-speech/{voice_id}/stream-input with a raw `ws` client: admission at the upgrade,
+// the key in the first frame, refusals, malformed frames, the session's concurrency slot, shutdown.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import { startGateway, assertInvariants, TEST_MODELS } from './helpers/gateway.mjs';
+
+const MODELS = TEST_MODELS.some((m) => m.kind === 'tts') ? TEST_MODELS
+  : [...TEST_MODELS, { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, per_mchar: '15' }];
+const OPTS = { store: 'pglite', models: MODELS };
+
+// One gateway serves every test but the shutdown one (each test has accounts of its own): a gateway
+// start costs seconds on a busy machine, and the file as a whole has a time limit.
+let shared = null;
+const teardown = [];
+before(async () => { shared = await startGateway({ after: (fn) => teardown.push(fn) }, OPTS); });
+after(async () => { for (const fn of teardown.reverse()) await fn(); });
+const gateway = async () => shared;
+
+const VOICE = 'JBFqnCBsd6RMkjVDRZzb';
+
+function wsUrl(gw, query = '') {
+  return `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${VOICE}/stream-input${query ? `?${query}` : ''}`;
+}
+
+/** Opens a socket; resolves with it once open, or with the HTTP refusal ({status, body}). */
+function connect(url, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers });
+    const frames = [];
+    ws.on('message', (d) => frames.push(JSON.parse(d.toString())));
+    const closed = new Promise((r) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() })));
+    ws.on('open', () => resolve({ ws, frames, closed }));
+    ws.on('unexpected-response', (_req, res) => {
+      let body = '';
+      res.on('data', (c) => { body += c; });
+      res.on('end', () => resolve({ refused: { status: res.statusCode, body: JSON.parse(body) } }));
+    });
+    ws.on('error', (e) => { if (!String(e.message).includes('Unexpected server response')) reject(e); });
+  });
+}
+
+test('an upgrade with a wrong key, a key without the voice scope, or no balance is an HTTP error in the beta envelope, before any socket', async () => {
+  const gw = await gateway();
+  const bad = await connect(wsUrl(gw, 'output_format=pcm_16000'), { 'xi-api-key': 'svc_live_notarealkeyatall0000000000000000000' });
+  assert.equal(bad.refused?.status, 401);
+  assert.equal(bad.refused.body.detail.status, 'invalid_api_key');
+  const { key: llmOnly } = await gw.account('1', { scopes: 'llm' });
+  const scoped = await connect(wsUrl(gw, 'output_format=pcm_16000'), { 'xi-api-key': llmOnly });
+  assert.equal(scoped.refused?.status, 403);
+  assert.equal(scoped.refused.body.detail.status, 'insufficient_scope');
+  const { key: broke, account } = await gw.account('0');
+  const poor = await connect(wsUrl(gw, 'output_format=pcm_16000'), { 'xi-api-key': broke });
+  assert.equal(poor.refused?.status, 402);
+  assert.equal(poor.refused.body.detail.status, 'insufficient_balance');
+  await assertInvariants(assert, gw, account);
+});
+
+test('with no key at the upgrade, the first frame must carry one: none closes with 1008 naming the key', async () => {
+  const gw = await gateway();
+  const s = await connect(wsUrl(gw, 'output_format=pcm_16000'));
+  assert.ok(s.ws, 'the upgrade needs no key (it may come in the first frame)');
+  s.ws.send(JSON.stringify({ text: ' ' }));
+  const { code, reason } = await s.closed;
+  assert.equal(code, 1008);
+  assert.match(reason + JSON.stringify(s.frames), /invalid_api_key/);
+});
+
+test('the key in the first frame (xi_api_key) opens the session; a malformed frame gets an error message and the session goes on', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const s = await connect(wsUrl(gw, 'output_format=pcm_16000'));
+  s.ws.send(JSON.stringify({ text: ' ', xi_api_key: key, generation_config: { chunk_length_schedule: [120] } }));
+  s.ws.send('{"text": "not json');
+  s.ws.send(JSON.stringify({ text: '' }));
+  const { code } = await s.closed;
+  assert.equal(code, 1000, 'a normal close after {"text": ""}');
+  assert.equal(s.frames[0].error, 'invalid_message', 'the malformed frame was answered');
+  assert.deepEqual(s.frames.at(-1), { audio: null, isFinal: true, normalizedAlignment: null, alignment: null });
+  await assertInvariants(assert, gw, account);
+});
+
+test('an output_format outside the family\'s enumeration closes the socket with 1008 and says why', async () => {
+  const gw = await gateway();
+  const { key } = await gw.account('1');
+  const s = await connect(wsUrl(gw, 'output_format=wav_99'), { 'xi-api-key': key });
+  const { code, reason } = await s.closed;
+  assert.equal(code, 1008);
+  assert.equal(reason, 'invalid output_format');
+  assert.match(s.frames[0].message, /output_format "wav_99" is unknown; use one of mp3_22050_32/);
+});
+
+test('a session holds one concurrency slot for its life: a second one is refused with 429 until the first closes', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1', { concurrency: 1 });
+  const first = await connect(wsUrl(gw, 'output_format=pcm_16000'), { 'xi-api-key': key });
+  assert.ok(first.ws);
+  const second = await connect(wsUrl(gw, 'output_format=pcm_16000'), { 'xi-api-key': key });
+  assert.equal(second.refused?.status, 429);
+  assert.equal(second.refused.body.detail.status, 'concurrency_limit_exceeded');
+  first.ws.send(JSON.stringify({ text: ' ' }));
+  first.ws.send(JSON.stringify({ text: '' }));
+  await first.closed;
+  let third;
+  for (let i = 0; i < 40; i++) {
+    third = await connect(wsUrl(gw, 'output_format=pcm_16000'), { 'xi-api-key': key });
+    if (third.ws) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(third.ws, 'the slot is free once the first session closed');
+  third.ws.close();
+  await third.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('a session with no text for its inactivity_timeout is closed with 1008; SIGTERM closes the others with 1001', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key } = await gw.account('1');
+  const idle = await connect(wsUrl(gw, 'output_format=pcm_16000&inactivity_timeout=1'), { 'xi-api-key': key });
+  idle.ws.send(JSON.stringify({ text: ' ' }));
+  const c1 = await idle.closed;
+  assert.equal(c1.code, 1008);
+  assert.match(c1.reason, /inactivity_timeout/);
+  const open = await connect(wsUrl(gw, 'output_format=pcm_16000'), { 'xi-api-key': key });
+  open.ws.send(JSON.stringify({ text: ' ' }));
+  await new Promise((r) => setTimeout(r, 100));
+  gw.proc.kill('SIGTERM');
+  const c2 = await open.closed;
+  assert.equal(c2.code, 1001);
+});
+
+/** Sends frames in order and collects every server frame until the close. */
+async function session(gw, query, headers, frames, { dropAfterAudio = 0 } = {}) {
+  const s = await connect(wsUrl(gw, query), headers);
+  assert.ok(s.ws, `upgraded: ${JSON.stringify(s.refused)}`);
+  for (const f of frames) s.ws.send(typeof f === 'string' ? f : JSON.stringify(f));
+  if (dropAfterAudio) {
+    while (s.frames.filter((f) => f.audio).length < dropAfterAudio) await new Promise((r) => setTimeout(r, 10));
+    s.ws.terminate();
+  }
+  const close = await s.closed;
+  return { ...close, frames: s.frames };
+}
+
+const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
+/** The test model's price: $15 per million characters = 15,000 nanodollars a character. */
+const PER_CHAR = 15_000n;
+
+test('text streamed in is generated on the chunk schedule and on flush, with alignment, and billed per character synthesized', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const first = 'Streaming speech arrives while the text is still being written by the model. ';
+  const second = 'And this is flushed. ';
+  const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ', generation_config: { chunk_length_schedule: [50] } },
+    { text: first },
+    { text: second, flush: true },
+    { text: '' },
+  ]);
+  assert.equal(r.code, 1000);
+  const audio = r.frames.filter((f) => f.audio);
+  assert.ok(audio.length >= 2, `${audio.length} audio frames`);
+  assert.equal(audio.map((f) => f.alignment.chars.join('')).join(''), first + second, 'alignment covers exactly the text synthesized');
+  for (const f of audio) {
+    const pcm = Buffer.from(f.audio, 'base64');
+    const ms = (pcm.length / 2 / 16_000) * 1000;
+    const a = f.alignment;
+    const end = a.charStartTimesMs.at(-1) + a.charsDurationsMs.at(-1);
+    assert.ok(Math.abs(end - ms) <= 2, `alignment ends at ${end} ms, the chunk's 16 kHz audio lasts ${ms} ms`);
+    assert.deepEqual(f.normalizedAlignment, f.alignment);
+  }
+  assert.deepEqual(r.frames.at(-1), { audio: null, isFinal: true, normalizedAlignment: null, alignment: null });
+  const chars = BigInt([...(first + second)].length);
+  assert.equal(before - (await balanceNano(gw, account)), chars * PER_CHAR, 'billed exactly the characters synthesized');
+  await assertInvariants(assert, gw, account);
+});
+
+test('a socket dropped after the first generation is billed for what was generated and no more', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const said = 'The first sentence is generated and heard. ';
+  const r = await session(gw, 'output_format=ulaw_8000&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, { text: said, flush: true }, { text: 'This one never gets flushed before the client leaves ' },
+  ], { dropAfterAudio: 1 });
+  assert.notEqual(r.code, 1000);
+  let now = await balanceNano(gw, account);
+  for (let i = 0; i < 40 && before - now !== BigInt([...said].length) * PER_CHAR; i++) { await new Promise((x) => setTimeout(x, 50)); now = await balanceNano(gw, account); }
+  assert.equal(before - now, BigInt([...said].length) * PER_CHAR);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a session whose balance runs out mid-way is told why and closed, billed for what it got', async () => {
+  const gw = await gateway();
+  // 1,000,000 nanodollars: 66 characters at 15,000 each, then the balance is spent.
+  const { key, account } = await gw.account('0.001');
+  const chunk = 'Forty characters of text are said here. ';
+  const frames = [{ text: ' ' }];
+  for (let i = 0; i < 4; i++) frames.push({ text: chunk, flush: true });
+  const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key }, frames);
+  assert.equal(r.code, 1008);
+  assert.match(r.reason + JSON.stringify(r.frames), /insufficient_balance/);
+  const generated = r.frames.filter((f) => f.audio).length;
+  assert.equal(generated, 2, 'the second chunk still fit (the balance was above zero), the third did not');
+  const show = await gw.cli('account', 'show', account);
+  assert.equal(BigInt(Math.round(show.balance * 1e9)), 1_000_000n - 2n * BigInt(chunk.length) * PER_CHAR);
+  await assertInvariants(assert, gw, account);
+});
+
+test('each generation counts as a request against the key\'s rpm: past it the session is told and closed', async () => {
+  const gw = await gateway();
+  // rpm 2: the connection takes one token, the first generation the other.
+  const { key, account } = await gw.account('1', { rpm: 2 });
+  const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, { text: 'One generation fits. ', flush: true }, { text: 'The second does not. ', flush: true },
+  ]);
+  assert.equal(r.code, 1008);
+  assert.match(r.reason + JSON.stringify(r.frames), /rate_limit_exceeded/);
+  assert.equal(r.frames.filter((f) => f.audio).length, 1);
+  const show = await gw.cli('account', 'show', account);
+  assert.equal(BigInt(Math.round(show.balance * 1e9)), 1_000_000_000n - BigInt('One generation fits. '.length) * PER_CHAR, 'only the generation made is billed');
+  await assertInvariants(assert, gw, account);
+});
+
+test('a cloned voice speaks only for its own account: another account\'s key is refused with 404 at the upgrade', async () => {
+  const gw = await gateway();
+  const a = await gw.account('1');
+  const b = await gw.account('1');
+  const wav = Buffer.alloc(44 + 32_000);
+  wav.write('RIFF', 0); wav.writeUInt32LE(36 + 32_000, 4); wav.write('WAVEfmt ', 8); wav.writeUInt32LE(16, 16); wav.writeUInt16LE(1, 20);
+  wav.writeUInt16LE(1, 22); wav.writeUInt32LE(16_000, 24); wav.writeUInt32LE(32_000, 28); wav.writeUInt16LE(2, 32); wav.writeUInt16LE(16, 34);
+  wav.write('data', 36); wav.writeUInt32LE(32_000, 40);
+  for (let i = 0; i < 16_000; i++) wav.writeInt16LE(Math.round(Math.sin(i / 5) * 4000), 44 + i * 2);
+  const form = new FormData();
+  form.append('name', 'Mine');
+  form.append('files', new Blob([wav], { type: 'audio/wav' }), 'a.wav');
+  const added = await gw.fetch('/beta/v1/voices/add', { method: 'POST', headers: { 'xi-api-key': a.key }, body: form });
+  assert.equal(added.status, 200, await added.clone().text());
+  const { voice_id: voiceId } = await added.json();
+  const url = wsUrl(gw, 'output_format=pcm_16000').replace(VOICE, voiceId);
+  const other = await connect(url, { 'xi-api-key': b.key });
+  assert.equal(other.refused?.status, 404);
+  assert.equal(other.refused.body.detail.status, 'voice_not_found');
+  const mine = await connect(url, { 'xi-api-key': a.key });
+  assert.ok(mine.ws, 'its own account opens a session on it');
+  mine.ws.send(JSON.stringify({ text: ' ' }));
+  mine.ws.send(JSON.stringify({ text: 'Spoken in my own voice. ', flush: true }));
+  mine.ws.send(JSON.stringify({ text: '' }));
+  assert.equal((await mine.closed).code, 1000);
+  assert.equal(mine.frames.filter((f) => f.audio).length, 1);
+  await assertInvariants(assert, gw, a.account);
+});
