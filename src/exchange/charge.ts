@@ -41,6 +41,7 @@ const PROGRESS_EVERY_MS = 1000;
  */
 export class Charge {
   private progressAt = 0;
+  private recorded = false;
   private state: 'open' | 'settled' | 'released' = 'open';
 
   private constructor(private readonly d: ChargeDeps, private readonly spec: ChargeSpec, private readonly hold: Hold,
@@ -63,14 +64,20 @@ export class Charge {
   /**
    * Records what has been produced so far, so that if this process dies before `settle`, another
    * instance (or this data dir's next start) bills it. Throttled; skipped while it costs nothing.
+   * Resolves once the record is written (or writing it failed: best effort, never rejects); a relay
+   * waits for the first one before it forwards the first output, so no output reaches a client unrecorded.
    */
-  progress(u: Usage): void {
-    if (!this.progressDue()) return;
+  progress(u: Usage): Promise<void> {
+    if (!this.progressDue()) return Promise.resolve();
     const cost = this.cost(u);
-    if (cost === 0n) return;
+    if (cost === 0n) return Promise.resolve();
     this.progressAt = Date.now();
-    this.hold.progress(this.debit(this.entry(u, cost, {}), undefined).debit);
+    this.recorded = true;
+    return this.hold.progress(this.debit(this.entry(u, cost, {}), undefined).debit);
   }
+
+  /** A running record has been written (or attempted) for this charge. */
+  get hasRecord(): boolean { return this.recorded; }
 
   /** A running record would be written now (open, and none written in the last second). */
   progressDue(): boolean {

@@ -111,8 +111,15 @@ async function streamed(r: Relay, res: IncomingMessage, started: bigint, content
       // The read that carries the end marker is held until the debit is durable: a client that has
       // seen its stream end has been billed for it, even if this process dies the next moment.
       if (meter.done && !settled && !(await settle())) return;
+      // The running record (what the stream has produced, billed if this process dies) is written
+      // before the output it covers is sent; the first one is waited for, so no output reaches the
+      // client unrecorded. Later ones trail by at most a second's output.
+      if (!settled && meter.produced && charge.progressDue()) {
+        const first = !charge.hasRecord;
+        const written = charge.progress(meter.usage());
+        if (first) await written;
+      }
       if (out.length > 0) { const wait = down.write(out); if (wait) await wait; }
-      if (!settled && meter.produced && charge.progressDue()) charge.progress(meter.usage());
       if (down.aborted) break;
     }
     if (!res.complete && !down.aborted) broken = true;

@@ -18,8 +18,8 @@ export interface Hold {
   /** Turns the hold into its priced debit (final) or adds a part beside it; resolves once durable. */
   /** Final: the hold becomes the debit. A part: the debit is added and `covered` (default: its amount) comes off the hold. */
   settle(debit: PendingDebit, final: boolean, covered?: bigint): Promise<void>;
-  /** Records what the request has produced so far (billed if this process dies). */
-  progress(debit: PendingDebit): void;
+  /** Records what the request has produced so far (billed if this process dies); resolves once written (or failed). */
+  progress(debit: PendingDebit): Promise<void>;
   /** Raises the hold by `amount` for a long session's next stretch; refused like admission (402). */
   /** Holds `amount` more under the admission rule; `countsAsRequest` also takes a token of the key's rpm (a session's billed unit). */
   extend(amount: bigint, opts?: { countsAsRequest?: boolean }): Promise<void>;
@@ -157,7 +157,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
         throw e;
       }
     },
-    progress: (debit) => { if (open) d.limiter.progress(holdId, debit); },
+    progress: (debit) => (open ? d.limiter.progress(holdId, debit) : Promise.resolve()),
     extend: async (more, opts = {}) => {
       if (!open) throw new Error(`hold ${holdId} is closed`);
       const { balance, spent } = await moneyState(d, key);

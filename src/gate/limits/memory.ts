@@ -129,7 +129,7 @@ export class MemoryLimiter implements Limiter {
     if (k) k.amount -= off;
   }
 
-  progress(holdId: string, d: PendingDebit): void {
+  async progress(holdId: string, d: PendingDebit): Promise<void> {
     if (!this.journal) return;
     this.journal.record(holdId, d.entry);
     this.progressed.add(holdId);

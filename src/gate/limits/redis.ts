@@ -399,9 +399,9 @@ export class RedisLimiter implements Limiter {
     }
   }
 
-  progress(holdId: string, d: PendingDebit): void {
+  progress(holdId: string, d: PendingDebit): Promise<void> {
     const run = this.keys(d.accountId)[3];
-    this.redis.hset(run, holdId, `${d.amount}|${d.entry}`).catch(() => undefined);
+    return this.redis.hset(run, holdId, `${d.amount}|${d.entry}`).then(() => undefined, () => undefined);
   }
 
   committed(accountId: string, ids: string[], state: CommittedState): Promise<void> {

@@ -76,8 +76,11 @@ export interface Limiter {
    * durable; the ledger commit comes after.
    */
   settle(holdId: string, debit: PendingDebit, final: boolean, covered?: bigint): Promise<void>;
-  /** Records what an open hold has produced so far, so that a crash still bills it. Best effort. */
-  progress(holdId: string, debit: PendingDebit): void;
+  /**
+   * Records what an open hold has produced so far, so that a crash still bills it. Best effort: the
+   * promise resolves once the record is written, or once writing it failed; it never rejects.
+   */
+  progress(holdId: string, debit: PendingDebit): Promise<void>;
   /** The debits are in the ledger: they stop counting as pending; the committed state replaces them. */
   committed(accountId: string, ids: string[], state: CommittedState): Promise<void>;
   /**
