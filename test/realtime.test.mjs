@@ -495,3 +495,36 @@ test('a turn whose transcription fails bills nothing and gives back what was hel
   await s.closed;
   await assertInvariants(assert, gw, account);
 });
+
+test('response.create refuses what it would not act on (an unknown field, a stored prompt, an unknown audio.output field) with an error naming it, and runs nothing', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  s.send(userText('Hello.'));
+  await s.until((e) => e.type === 'conversation.item.created');
+  const cases = [
+    [{ reasoning: { effort: 'high' } }, 'unknown_parameter', 'response.reasoning'],
+    [{ prompt: { id: 'pmpt_1' } }, 'unsupported_parameter', 'response.prompt'],
+    [{ audio: { output: { voice: 'alloy', speed: 2 } } }, 'unknown_parameter', 'response.audio.output.speed'],
+    [{ output_modalities: ['audio'], audio: { output: { voice: 'nobody' } } }, 'invalid_value', 'response.audio.output.voice'],
+  ];
+  for (const [response, code, param] of cases) {
+    const from = s.events.length;
+    s.send({ type: 'response.create', event_id: `evt_${code}`, response });
+    const err = await s.until((e) => e.type === 'error', from);
+    assert.equal(err.error.code, code, JSON.stringify(err));
+    assert.equal(err.error.param, param);
+  }
+  assert.equal(s.events.filter((e) => e.type === 'response.created').length, 0, 'no response ran');
+  s.send({ type: 'response.create', response: { prompt: null, metadata: { topic: 'x' } } });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  assert.deepEqual(done.response.metadata, { topic: 'x' });
+  const u = done.response.usage;
+  const expected = priceNano(u.input_tokens, u.output_tokens);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected);
+  s.ws.close();
+  await s.closed;
+});

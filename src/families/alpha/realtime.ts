@@ -332,6 +332,10 @@ function chatToolChoice(c: unknown): unknown {
   throw new RtError('invalid_value', 'tool_choice', 'tool_choice must be auto, none, required or {"type": "function", "name": ...}.');
 }
 
+/** What a response.create may carry (GA names, and the beta's `modalities` and `max_response_output_tokens`, `temperature`). */
+const RESPONSE_FIELDS = new Set(['conversation', 'input', 'instructions', 'max_output_tokens', 'max_response_output_tokens', 'metadata', 'output_modalities', 'modalities',
+  'audio', 'tool_choice', 'tools', 'temperature', 'voice', 'output_audio_format']);
+
 /** A checked response, built when it runs. */
 interface Plan {
   maxOut: number;
@@ -688,13 +692,24 @@ class Realtime implements SessionHandler {
    * transcribed is in it.
    */
   private startResponse(r: Obj): void {
+    // Nothing a response asks for is dropped: a field this gateway does not act on is refused.
+    for (const [k, v] of Object.entries(r)) {
+      if (v === undefined || RESPONSE_FIELDS.has(k)) continue;
+      if (k === 'prompt' && v === null) continue;
+      throw new RtError(k === 'prompt' ? 'unsupported_parameter' : 'unknown_parameter', `response.${k.slice(0, 40)}`,
+        k === 'prompt' ? 'Stored prompts are not available here; send instructions.' : `Unknown parameter: 'response.${k.slice(0, 40)}'.`);
+    }
+    const outAudio = r.audio === undefined ? {} : r.audio as Obj;
+    if (!outAudio || typeof outAudio !== 'object' || Object.keys(outAudio).some((k) => k !== 'output')) throw new RtError('invalid_value', 'response.audio', 'response.audio may only have output ({voice, format}).');
+    for (const k of Object.keys((outAudio.output ?? {}) as Obj)) if (k !== 'voice' && k !== 'format') throw new RtError('unknown_parameter', `response.audio.output.${k.slice(0, 40)}`, `Unknown parameter: 'response.audio.output.${k.slice(0, 40)}'.`);
     const mods = r.output_modalities ?? r.modalities;
     const modalities = mods === undefined ? this.session.output_modalities as string[] : checkModalities(mods, 'response.output_modalities', this.caps);
     const spoken = modalities.includes('audio');
     const out = (r.audio as { output?: Obj } | undefined)?.output ?? {};
-    const voice = out.voice ?? (this.session.audio as { output: Obj }).output.voice;
+    const voice = out.voice ?? r.voice ?? (this.session.audio as { output: Obj }).output.voice;
     if (typeof voice !== 'string' || !OPENAI_VOICES.includes(voice)) throw new RtError('invalid_value', 'response.audio.output.voice', `voice must be one of ${OPENAI_VOICES.join(', ')}.`);
     if (out.format !== undefined) checkFormat(out.format, 'response.audio.output.format');
+    if (r.output_audio_format !== undefined) checkFormat(r.output_audio_format, 'response.output_audio_format');
     const maxOut = r.max_output_tokens ?? r.max_response_output_tokens ?? this.session.max_output_tokens;
     const limit = checkMaxOutput(maxOut, 'response.max_output_tokens', this.model);
     const instructions = typeof r.instructions === 'string' ? r.instructions : this.session.instructions as string;
