@@ -64,6 +64,10 @@ export const ConfigSchema = Type.Object({
     lease_ms: Type.Integer({ minimum: 500, default: 30_000, description: 'a claim not renewed for this long is taken over' }),
     max_file_bytes: Type.Integer({ minimum: 1, default: 200 * 1024 * 1024, description: 'largest upload to POST /files' }),
   }, { additionalProperties: false, default: {} }),
+  realtime: Type.Object({
+    transcription_model: Type.Optional(Type.String({ minLength: 1, description: 'the stt model that transcribes a realtime session\'s committed input audio (default: the first stt model)' })),
+    speech_model: Type.Optional(Type.String({ minLength: 1, description: 'the tts model that speaks a realtime session\'s audio output (default: the first tts model that does not clone voices)' })),
+  }, { additionalProperties: false, default: {} }),
   payments: Type.Object({
     // Required in a config file (checked below): only the embedded default falls back to the sandbox.
     provider: Type.Optional(Type.Union([Type.Literal('sandbox'), Type.Literal('stripe')])),
@@ -126,6 +130,8 @@ export interface Config {
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
   batches: { concurrency: number; pollMs: number; leaseMs: number; maxFileBytes: number };
+  /** The models a realtime session's audio goes through (ids; undefined: no such model is configured, audio is refused). */
+  realtime: { transcriptionModel: string | undefined; speechModel: string | undefined };
   demo: { credit: Nanodollars; email: string };
   payments: {
     provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string;
@@ -222,6 +228,14 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning,
     };
   });
+  const realtimeModel = (field: 'transcription_model' | 'speech_model', kind: 'stt' | 'tts'): string | undefined => {
+    const name = c.realtime[field];
+    if (name === undefined) return (models.find((m) => m.kind === kind && !m.voiceCloning) ?? models.find((m) => m.kind === kind))?.id;
+    const m = models.find((x) => x.id === name || x.aliases.includes(name));
+    if (!m || m.kind !== kind) fail(`/realtime/${field}`, `no ${kind} model named "${name}"`);
+    return m!.id;
+  };
+  const realtime = { transcriptionModel: realtimeModel('transcription_model', 'stt'), speechModel: realtimeModel('speech_model', 'tts') };
   const [host, portText] = splitHostPort(c.listen);
   const databaseUrl = c.database ? env[c.database.url_env] : undefined;
   if (c.database && !databaseUrl) fail('/database/url_env', `environment variable ${c.database.url_env} is not set`);
@@ -259,6 +273,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       concurrency: c.batches.concurrency, leaseMs: envInt(env, 'TOLLGATE_BATCH_LEASE_MS') ?? c.batches.lease_ms,
       pollMs: envInt(env, 'TOLLGATE_BATCH_POLL_MS') ?? c.batches.poll_ms, maxFileBytes: c.batches.max_file_bytes,
     },
+    realtime,
     demo: { credit: dollarsToNano(c.demo.credit), email: c.demo.email },
     payments: {
       provider, currency: p.currency, apiBase: p.api_base?.replace(/\/+$/, ''), returnOrigins,

@@ -247,3 +247,29 @@ test('a session\'s billed unit that counts as a request takes a token of the key
     await l.release('r', 'r0');
   }
 });
+
+test('a stretch held for and billed nothing (a failed part) is given back by shrink, never below zero, and the slot stays', async (t) => {
+  for (const l of await limiters(t)) {
+    const base = { accountId: 'k', keyId: 'key_k', balance: { amount: 10_000n, version: 1n }, ceiling: null,
+      spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs: 60_000 };
+    const other = { keyId: 'key_k2' };
+    // (admission needs balance left above zero, whatever the new hold's size: filling it up shows what is held)
+    assert.equal((await admit(l, 'k', 'k0', 1_000n, 10_000n, { concurrency: 1 })).ok, true);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'k0', amount: 6_000n }), { ok: true });
+    assert.equal((await admit(l, 'k', 'f1', 3_000n, 10_000n, other)).ok, true);
+    assert.equal((await admit(l, 'k', 'x1', 1n, 10_000n, other)).ok, false, `${l.kind}: 7,000 + 3,000 held, nothing left`);
+    await l.release('k', 'f1');
+    await l.shrink('k', 'k0', 6_000n);
+    assert.equal((await admit(l, 'k', 'f2', 9_000n, 10_000n, other)).ok, true);
+    assert.equal((await admit(l, 'k', 'x2', 1n, 10_000n, other)).ok, false, `${l.kind}: the 6,000 came back, no more`);
+    await l.release('k', 'f2');
+    await l.shrink('k', 'k0', 5_000n);
+    await l.shrink('k', 'gone', 5_000n);
+    assert.equal((await admit(l, 'k', 'f3', 10_000n, 10_000n, other)).ok, true);
+    assert.equal((await admit(l, 'k', 'x3', 1n, 10_000n, other)).ok, false, `${l.kind}: shrunk to zero and not below`);
+    await l.release('k', 'f3');
+    assert.equal((await admit(l, 'k', 'x4', 1n, 10_000n, { concurrency: 1 })).ok, false, `${l.kind}: the shrunk hold keeps its slot`);
+    await l.release('k', 'k0');
+    assert.equal((await admit(l, 'k', 'k5', 1n, 10_000n, { concurrency: 1 })).ok, true, `${l.kind}: released, the slot is free`);
+  }
+});

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { startGateway, assertInvariants, priceNano, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, priceNano, TEST_MODELS, bearer, chatBody } from './helpers/gateway.mjs';
 
 const OPTS = { store: 'pglite' };
 /** PostgreSQL and the Redis limiter: the migration, the session's slot and its parts settled through Redis. */
@@ -360,4 +360,171 @@ test('a session whose balance runs out is told with an error event and closed wi
   assert.ok(billed > 0n);
   assert.equal(await spentBecomes(gw, account, 1_000n, billed), billed, 'billed exactly the responses that ran, nothing for the refused one');
   await assertInvariants(assert, gw, account);
+});
+
+/** PCM16 at 24 kHz as base64 appends of 100 ms each. */
+function appends(samples) {
+  const bytes = Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
+  const out = [];
+  for (let i = 0; i < bytes.length; i += 4800) out.push({ type: 'input_audio_buffer.append', audio: bytes.subarray(i, i + 4800).toString('base64') });
+  return out;
+}
+
+const SIM_STT_ND_PER_MS = 100n; // sim-stt: $0.006 a minute
+const SIM_TTS_ND_PER_CHAR = 15_000n; // sim-tts: $15 a million characters
+
+test('an audio turn: server VAD hears the speech, the turn is transcribed, the reply is spoken as PCM with its transcript; billed audio minutes in, tokens and characters out', async (t) => {
+  const { synth } = await import('../dist/sim/speech.js');
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  assert.ok(s.ws, JSON.stringify(s.refused));
+  await s.until((e) => e.type === 'session.created');
+  s.send({ type: 'session.update', session: { type: 'realtime', output_modalities: ['audio'], audio: { input: { transcription: { model: 'whisper-1' } }, output: { voice: 'verse' } } } });
+  const updated = await s.until((e) => e.type === 'session.updated');
+  assert.deepEqual(updated.session.output_modalities, ['audio']);
+  // sim's speech carries its text, so sim's transcription hears exactly what was said.
+  const said = 'What is the capital of France?';
+  const speech = synth(said);
+  for (const e of appends(speech)) s.send(e);
+  for (const e of appends(new Int16Array(24_000))) s.send(e); // a second of silence ends the turn
+  const started = await s.until((e) => e.type === 'input_audio_buffer.speech_started');
+  assert.equal(started.audio_start_ms, 0);
+  const stopped = await s.until((e) => e.type === 'input_audio_buffer.speech_stopped');
+  assert.equal(stopped.item_id, started.item_id);
+  // The turn ends after 500 ms of silence (the default silence_duration_ms): within a frame of it.
+  const speechMs = (speech.length / 24);
+  assert.ok(stopped.audio_end_ms >= speechMs + 500 - 60 && stopped.audio_end_ms <= speechMs + 500 + 20, `speech ${speechMs} ms, stopped at ${stopped.audio_end_ms} ms`);
+  const committed = await s.until((e) => e.type === 'input_audio_buffer.committed');
+  assert.equal(committed.item_id, started.item_id);
+  const added = await s.until((e) => e.type === 'conversation.item.added');
+  assert.deepEqual(added.item.content, [{ type: 'input_audio', transcript: null }]);
+  const heard = await s.until((e) => e.type === 'conversation.item.input_audio_transcription.completed');
+  assert.equal(heard.transcript, said);
+  assert.equal(heard.usage.type, 'duration');
+  assert.equal(heard.usage.seconds * 1000, stopped.audio_end_ms - started.audio_start_ms);
+  // server_vad's create_response: the reply comes without a response.create.
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed', JSON.stringify(done.response.status_details));
+  assert.deepEqual(done.response.output_modalities, ['audio']);
+  const transcript = s.events.filter((e) => e.type === 'response.output_audio_transcript.delta').map((e) => e.delta).join('');
+  assert.ok(transcript.length > 0);
+  assert.equal(s.events.filter((e) => e.type === 'response.output_text.delta').length, 0, 'audio output carries its text as a transcript');
+  assert.equal(s.events.find((e) => e.type === 'response.output_audio_transcript.done').transcript, transcript);
+  assert.deepEqual(done.response.output[0].content, [{ type: 'output_audio', transcript }]);
+  const audio = Buffer.concat(s.events.filter((e) => e.type === 'response.output_audio.delta').map((e) => Buffer.from(e.delta, 'base64')));
+  // sim speaks 60 ms a character at 24 kHz: the audio is the transcript spoken.
+  assert.equal(audio.length, [...transcript].length * 60 * 48);
+  assert.ok(s.events.findIndex((e) => e.type === 'response.output_audio.done') < s.events.indexOf(done));
+  const u = done.response.usage;
+  const expected = BigInt(heard.usage.seconds * 1000) * SIM_STT_ND_PER_MS + priceNano(u.input_tokens, u.output_tokens) + BigInt([...transcript].length) * SIM_TTS_ND_PER_CHAR;
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed the audio in, the tokens and the characters spoken, each at its price');
+  // The next turn's prompt holds the first exchange (the user's transcript and the spoken reply).
+  s.send(userText('And Germany?'));
+  s.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  const done2 = await s.until((e) => e.type === 'response.done' && e.response.id !== done.response.id);
+  assert.equal(done2.response.status, 'completed');
+  assert.ok(done2.response.usage.input_tokens > u.input_tokens + 5);
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('manual turns: with turn_detection null a commit makes the turn and no reply; too little audio is input_audio_buffer_commit_empty; clear empties the buffer', async (t) => {
+  const { synth } = await import('../dist/sim/speech.js');
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  s.send({ type: 'session.update', session: { type: 'realtime', audio: { input: { turn_detection: null } } } });
+  await s.until((e) => e.type === 'session.updated');
+  s.send(appends(new Int16Array(24 * 50))[0]);
+  s.send({ type: 'input_audio_buffer.commit', event_id: 'evt_short' });
+  const err = await s.until((e) => e.type === 'error');
+  assert.equal(err.error.code, 'input_audio_buffer_commit_empty');
+  assert.equal(err.error.event_id, 'evt_short');
+  s.send({ type: 'input_audio_buffer.clear' });
+  await s.until((e) => e.type === 'input_audio_buffer.cleared');
+  const said = 'Hello there.';
+  const speech = synth(said);
+  for (const e of appends(speech)) s.send(e);
+  s.send({ type: 'input_audio_buffer.commit' });
+  const committed = await s.until((e) => e.type === 'input_audio_buffer.committed');
+  const heard = await s.until((e) => e.type === 'conversation.item.input_audio_transcription.completed');
+  assert.equal(heard.item_id, committed.item_id);
+  assert.equal(heard.transcript, said, 'the cleared 50 ms are not in the turn');
+  assert.equal(heard.usage.seconds * 1000, speech.length / 24);
+  assert.equal(s.events.filter((e) => e.type === 'input_audio_buffer.speech_started').length, 0, 'no VAD events with turn_detection null');
+  s.send({ type: 'conversation.item.retrieve', item_id: committed.item_id });
+  const got = await s.until((e) => e.type === 'conversation.item.retrieved');
+  assert.deepEqual(got.item.content, [{ type: 'input_audio', transcript: said }]);
+  assert.equal(s.events.filter((e) => e.type === 'response.created').length, 0, 'a manual commit asks for no reply');
+  const expected = BigInt(speech.length / 24) * SIM_STT_ND_PER_MS;
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed the committed audio only');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('a turn whose transcription fails bills nothing and gives back what was held for it: the balance it held is free again while the session lives', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  // 100,000 nd: two seconds of audio in (200,000 nd held) would leave nothing for anything else.
+  const { key, account } = await gw.account('0.0001');
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-fail-status': '500' } });
+  assert.ok(s.ws, JSON.stringify(s.refused));
+  await s.until((e) => e.type === 'session.created');
+  s.send({ type: 'session.update', session: { type: 'realtime', audio: { input: { turn_detection: null } } } });
+  await s.until((e) => e.type === 'session.updated');
+  for (const e of appends(new Int16Array(48_000).fill(3000))) s.send(e);
+  s.send({ type: 'input_audio_buffer.commit' });
+  const committed = await s.until((e) => e.type === 'input_audio_buffer.committed');
+  const failed = await s.until((e) => e.type === 'conversation.item.input_audio_transcription.failed');
+  assert.equal(failed.item_id, committed.item_id);
+  assert.equal(typeof failed.error.message, 'string');
+  // The session is still open: a request beside it is admitted, so nothing is held for the failed turn.
+  const before = await balanceNano(gw, account);
+  const res = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody({ max_tokens: 4 }) });
+  const text = await res.text();
+  assert.equal(res.status, 200, text);
+  const { usage } = JSON.parse(text);
+  const chat = priceNano(usage.prompt_tokens, usage.completion_tokens);
+  assert.equal(await spentBecomes(gw, account, before, chat), chat, 'only the chat request is billed: the failed turn cost nothing');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('response.create refuses what it would not act on (an unknown field, a stored prompt, an unknown audio.output field) with an error naming it, and runs nothing', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  s.send(userText('Hello.'));
+  await s.until((e) => e.type === 'conversation.item.created');
+  const cases = [
+    [{ reasoning: { effort: 'high' } }, 'unknown_parameter', 'response.reasoning'],
+    [{ prompt: { id: 'pmpt_1' } }, 'unsupported_parameter', 'response.prompt'],
+    [{ audio: { output: { voice: 'alloy', speed: 2 } } }, 'unknown_parameter', 'response.audio.output.speed'],
+    [{ output_modalities: ['audio'], audio: { output: { voice: 'nobody' } } }, 'invalid_value', 'response.audio.output.voice'],
+  ];
+  for (const [response, code, param] of cases) {
+    const from = s.events.length;
+    s.send({ type: 'response.create', event_id: `evt_${code}`, response });
+    const err = await s.until((e) => e.type === 'error', from);
+    assert.equal(err.error.code, code, JSON.stringify(err));
+    assert.equal(err.error.param, param);
+  }
+  assert.equal(s.events.filter((e) => e.type === 'response.created').length, 0, 'no response ran');
+  s.send({ type: 'response.create', response: { prompt: null, metadata: { topic: 'x' } } });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  assert.deepEqual(done.response.metadata, { topic: 'x' });
+  const u = done.response.usage;
+  const expected = priceNano(u.input_tokens, u.output_tokens);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected);
+  s.ws.close();
+  await s.closed;
 });

@@ -56,6 +56,8 @@ export class Charge {
 
   get rateHeaders(): Record<string, string> { return this.hold.rateHeaders; }
   get held(): bigint { return this.hold.amount; }
+  /** The unit prices this exchange is billed at. */
+  get prices(): UnitPrices { return this.spec.model.prices; }
   get isOpen(): boolean { return this.state === 'open'; }
 
   /** What `usage` costs at this exchange's prices. */
@@ -94,11 +96,13 @@ export class Charge {
     const final = opts.final ?? true;
     if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
     const cost = this.cost(u);
+    const covered = opts.covers ?? cost;
     if (isZero(u)) {
+      // Nothing to bill: a final settle frees the hold; a part gives back what was held for it.
       if (final) await this.release();
+      else await this.hold.shrink(covered);
       return { cost };
     }
-    const covered = opts.covers ?? cost;
     if (final) this.state = 'settled';
     const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq);
     const { debit } = this.debit(entry, opts.seq);

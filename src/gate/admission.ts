@@ -18,6 +18,8 @@ export interface Hold {
   /** Turns the hold into its priced debit (final) or adds a part beside it; resolves once durable. */
   /** Final: the hold becomes the debit. A part: the debit is added and `covered` (default: its amount) comes off the hold. */
   settle(debit: PendingDebit, final: boolean, covered?: bigint): Promise<void>;
+  /** Takes `amount` off the hold (a stretch held for that billed nothing); the slot stays. */
+  shrink(amount: bigint): Promise<void>;
   /** Records what the request has produced so far (billed if this process dies); resolves once written (or failed). */
   progress(debit: PendingDebit): Promise<void>;
   /** Raises the hold by `amount` for a long session's next stretch; refused like admission (402). */
@@ -158,6 +160,13 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       }
     },
     progress: (debit) => (open ? d.limiter.progress(holdId, debit) : Promise.resolve()),
+    shrink: async (amount) => {
+      if (!open || amount <= 0n) return;
+      const off = amount < held ? amount : held;
+      held -= off;
+      // Best effort: a hold left too large only makes admission stricter until the session ends (its release frees all of it).
+      await d.limiter.shrink(key.accountId, holdId, off).catch(() => undefined);
+    },
     extend: async (more, opts = {}) => {
       if (!open) throw new Error(`hold ${holdId} is closed`);
       const { balance, spent } = await moneyState(d, key);

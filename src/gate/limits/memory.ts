@@ -113,13 +113,17 @@ export class MemoryLimiter implements Limiter {
       this.drop(acct, holdId);
       if (this.progressed.delete(holdId) && d.id !== holdId) this.journal?.committed([holdId]);
     } else if (!acct.pending.has(d.id)) {
-      this.shrink(acct, holdId, covered);
+      this.shrinkHold(acct, holdId, covered);
     }
     this.addPending(acct, d);
   }
 
+  async shrink(accountId: string, holdId: string, amount: bigint): Promise<void> {
+    this.shrinkHold(this.account(accountId), holdId, amount);
+  }
+
   /** Takes `amount` off an open hold (a part settled the stretch it covered), never below zero. */
-  private shrink(acct: Account, holdId: string, amount: bigint): void {
+  private shrinkHold(acct: Account, holdId: string, amount: bigint): void {
     const h = acct.holds.get(holdId);
     if (!h || amount <= 0n) return;
     const off = amount < h.amount ? amount : h.amount;

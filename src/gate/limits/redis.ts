@@ -137,6 +137,18 @@ redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
 return {0}
 `;
 
+// KEYS: sum holds. ARGV: hold amount. Takes amount (at most the hold's) off an open hold; its slot stays.
+const SHRINK = `${LIB}
+local rec = redis.call('HGET', KEYS[2], ARGV[1])
+if not rec then return 0 end
+local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+local off = math.min(tonumber(amt), tonumber(ARGV[2]))
+if off <= 0 then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], k .. '|' .. string.format('%d', tonumber(amt) - off) .. '|' .. owner)
+add(KEYS[1], k, string.format('%d', -off))
+return off
+`;
+
 // KEYS: sum holds exp run. ARGV: the hold ids of one account released in one event-loop turn.
 const RELEASE = `${LIB}
 for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
@@ -251,6 +263,7 @@ type Scripted = Redis & {
   tgAdmit(...args: string[]): Promise<number[]>;
   tgRelease(...args: string[]): Promise<number>;
   tgExtend(...args: string[]): Promise<number[]>;
+  tgShrink(...args: string[]): Promise<number>;
   tgSettle(...args: string[]): Promise<number>;
   tgCommitted(...args: string[]): Promise<number>;
   tgTakeover(...args: string[]): Promise<string[]>;
@@ -293,6 +306,7 @@ export class RedisLimiter implements Limiter {
     r.defineCommand('tgAdmit', { numberOfKeys: 6, lua: ADMIT });
     r.defineCommand('tgRelease', { numberOfKeys: 4, lua: RELEASE });
     r.defineCommand('tgExtend', { numberOfKeys: 4, lua: EXTEND });
+    r.defineCommand('tgShrink', { numberOfKeys: 2, lua: SHRINK });
     r.defineCommand('tgSettle', { numberOfKeys: 5, lua: SETTLE });
     r.defineCommand('tgCommitted', { numberOfKeys: 2, lua: COMMITTED });
     r.defineCommand('tgTakeover', { numberOfKeys: 5, lua: TAKEOVER });
@@ -364,6 +378,12 @@ export class RedisLimiter implements Limiter {
       case 4: return { ok: false, reason: 'rate_limit_exceeded', retryMs: r[1]! };
       default: return { ok: false, reason: 'missing' };
     }
+  }
+
+  async shrink(accountId: string, holdId: string, amount: bigint): Promise<void> {
+    if (amount <= 0n) return;
+    const [sum, holds] = this.keys(accountId);
+    await this.redis.tgShrink(sum, holds, holdId, amount.toString());
   }
 
   /**

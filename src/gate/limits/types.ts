@@ -69,6 +69,11 @@ export interface Limiter {
   /** Drops a hold: the request billed nothing. */
   release(accountId: string, holdId: string): Promise<void>;
   /**
+   * Takes `amount` off an open hold, never below zero, keeping its slot: a session's stretch that
+   * was held for and billed nothing (a failed generation or response). A missing hold is no error.
+   */
+  shrink(accountId: string, holdId: string, amount: bigint): Promise<void>;
+  /**
    * Replaces a hold by its priced debit (final) or adds a part beside it (not final), durably: in
    * Redis in the same script that frees the hold, in process through an append-only journal.
    * A part takes `covered` off the hold (the stretch of it the part used, never below zero), so a

@@ -84,3 +84,55 @@ def test_an_ephemeral_client_secret_minted_by_the_client_opens_a_session_billed_
     # The secret is no API key for anything else.
     with pytest.raises(openai.AuthenticationError):
         ws_client(gateway, secret.value, "/v1").models.list()
+
+
+def test_an_audio_turn_is_heard_by_server_vad_transcribed_and_answered_in_speech(gateway: Gateway, account: Account):
+    """The user speaks (sim's speech of a sentence, fetched with the client's audio.speech as 24 kHz PCM),
+    server VAD ends the turn after the silence, and the reply comes back as audio with its transcript.
+    Billed: the speech fetched, the audio minutes in, the tokens and the characters spoken."""
+    import base64
+
+    said = "What is the capital of France?"
+    client = ws_client(gateway, account.key, "/v1")
+    before = gateway.balance(account.key)
+    pcm = client.audio.speech.create(model="tts-1", voice="alloy", input=said, response_format="pcm").content
+    assert len(pcm) == len(said) * 60 * 48  # sim: 60 ms a character, 24 kHz 16-bit
+    with client.realtime.connect(model="sim-chat") as conn:
+        assert conn.recv().type == "session.created"
+        conn.session.update(session={"type": "realtime", "output_modalities": ["audio"],
+                                     "audio": {"input": {"transcription": {"model": "whisper-1"}}, "output": {"voice": "marin"}}})
+        assert conn.recv().type == "session.updated"
+        silence = bytes(48_000)  # a second
+        for chunk in range(0, len(pcm), 9600):
+            conn.input_audio_buffer.append(audio=base64.b64encode(pcm[chunk:chunk + 9600]).decode())
+        for chunk in range(0, len(silence), 9600):
+            conn.input_audio_buffer.append(audio=base64.b64encode(silence[chunk:chunk + 9600]).decode())
+        seen: list[str] = []
+        transcript_in = None
+        heard_seconds = 0.0
+        transcript_out: list[str] = []
+        audio = bytearray()
+        for event in conn:
+            seen.append(event.type)
+            if event.type == "error":
+                raise AssertionError(f"error event: {event.error}")
+            if event.type == "conversation.item.input_audio_transcription.completed":
+                transcript_in = event.transcript
+                heard_seconds = event.usage.seconds
+            elif event.type == "response.output_audio_transcript.delta":
+                transcript_out.append(event.delta)
+            elif event.type == "response.output_audio.delta":
+                audio += base64.b64decode(event.delta)
+            elif event.type == "response.done":
+                response = event.response
+                break
+    assert seen.index("input_audio_buffer.speech_started") < seen.index("input_audio_buffer.speech_stopped") < seen.index("input_audio_buffer.committed")
+    assert transcript_in == said
+    assert response.status == "completed"
+    text = "".join(transcript_out)
+    assert text and response.output[0].content[0].transcript == text
+    assert len(audio) == len(text) * 60 * 48
+    usage = response.usage
+    spent = (len(said) * 15_000 + round(heard_seconds * 1000) * 100
+             + price_nano(usage.input_tokens, usage.output_tokens) + len(text) * 15_000)
+    gateway.assert_debited(account.key, before, spent)
