@@ -3,7 +3,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { startGateway, assertInvariants, priceNano, TEST_MODELS, bearer, chatBody } from './helpers/gateway.mjs';
+import { randomBytes } from 'node:crypto';
+import { startGateway, assertInvariants, priceNano, TEST_MODELS, bearer, chatBody, freshDatabase, clearRedisPrefix } from './helpers/gateway.mjs';
 
 const OPTS = { store: 'pglite' };
 /** PostgreSQL and the Redis limiter: the migration, the session's slot and its parts settled through Redis. */
@@ -162,19 +163,25 @@ test('the key in the browser subprotocol (openai-insecure-api-key.<KEY>, alpha-i
   await assertInvariants(assert, gw, account);
 });
 
-test('a session holds one concurrency slot for its life (PostgreSQL + Redis): a second one is refused with 429 until the first closes', async (t) => {
-  const gw = await startGateway(t, SHARED);
+test('a session holds one concurrency slot for its life, counted across instances (two gateways on one PostgreSQL + Redis): a second one is refused with 429 on the other instance until the first closes', async (t) => {
+  const db = await freshDatabase();
+  const redisPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  t.after(async () => { await db.drop(); await clearRedisPrefix(redisPrefix); });
+  const gw = await startGateway(t, { ...SHARED, database: db, redisPrefix });
+  const other = await startGateway(t, { ...SHARED, database: db, redisPrefix });
   const { key, account } = await gw.account('1', { concurrency: 1 });
   const first = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
   assert.ok(first.ws);
-  const second = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
-  assert.equal(second.refused?.status, 429);
+  const second = await connect(wsUrl(other), { headers: { authorization: `Bearer ${key}` } });
+  assert.equal(second.refused?.status, 429, 'the other instance sees the slot taken');
   assert.equal(second.refused.body.error.code, 'concurrency_limit_exceeded');
+  const streamInput = await connect(`${other.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/21m00Tcm4TlvDq8ikWAM/stream-input?model_id=sim-tts`, { headers: { 'xi-api-key': key } });
+  assert.equal(streamInput.refused?.status, 429, 'a stream-input session on the other instance is refused too');
   first.ws.close();
   await first.closed;
   let third;
   for (let i = 0; i < 40; i++) {
-    third = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+    third = await connect(wsUrl(other), { headers: { authorization: `Bearer ${key}` } });
     if (third.ws) break;
     await new Promise((r) => setTimeout(r, 50));
   }
