@@ -1,4 +1,5 @@
 // WS /alpha/v1/realtime?model=...: OpenAI's realtime protocol (GA events); text and audio turns through transcription, chat and speech models, billed per turn and response.
+import type { IncomingMessage } from 'node:http';
 import type { Services } from '../../services.js';
 import type { ModelConfig } from '../../config.js';
 import { GatewayError } from '../../errors.js';
@@ -815,14 +816,9 @@ class Realtime implements SessionHandler {
       } });
     let failure: GatewayError | null = null;
     try {
-      const call = this.s.upstreams.call(this.model.upstream, 'POST', '/v1/chat/completions', { ...this.headers, 'content-type': 'application/json', accept: 'text/event-stream' },
-        payload, `${this.socket.id}-${seq}`);
-      a.call = call;
-      if (a.cancelled || a.dropped) call.abort();
-      const res = await call.response;
-      if (res.statusCode !== 200) {
-        failure = await alpha.upstreamError(res, `${this.socket.id}-${seq}`);
-      } else {
+      const { call, res, failed } = await this.callFor(a, this.model.upstream, '/v1/chat/completions', 'text/event-stream', payload, `${this.socket.id}-${seq}`);
+      failure = failed;
+      if (res) {
         for await (const chunk of res) {
           meter.onData(chunk as Buffer);
           for (const ev of events.splice(0)) await this.emit(ev);
@@ -882,6 +878,20 @@ class Realtime implements SessionHandler {
   }
 
   /**
+   * POSTs JSON to an upstream for response `a` (a cancel or a dropped socket aborts it): its 200 reply
+   * to read, or the upstream's refusal in the family's terms.
+   */
+  private async callFor(a: Active, upstream: string, path: string, accept: string, body: Buffer, requestId: string):
+    Promise<{ call: UpstreamCall; res: IncomingMessage | null; failed: GatewayError | null }> {
+    const call = this.s.upstreams.call(upstream, 'POST', path, { ...this.headers, 'content-type': 'application/json', accept }, body, requestId);
+    a.call = call;
+    if (a.cancelled || a.dropped) call.abort();
+    const res = await call.response;
+    if (res.statusCode !== 200) return { call, res: null, failed: await alpha.upstreamError(res, requestId) };
+    return { call, res, failed: null };
+  }
+
+  /**
    * Speaks a finished reply: holds its characters (402 ends the session like any billed unit), asks
    * the speech upstream for 24 kHz PCM, and streams it as output_audio deltas. The characters are
    * billed once the upstream accepted them (a 200), as the speech routes bill them; the audio
@@ -904,14 +914,9 @@ class Realtime implements SessionHandler {
     let accepted = false;
     let failure: GatewayError | null = null;
     try {
-      const call = this.s.upstreams.call(tts.upstream, 'POST', '/v1/audio/speech', { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
-        Buffer.from(JSON.stringify(req)), `${this.socket.id}-${seq}-speech`);
-      a.call = call;
-      if (a.cancelled || a.dropped) call.abort();
-      const res = await call.response;
-      if (res.statusCode !== 200) {
-        failure = await alpha.upstreamError(res, `${this.socket.id}-${seq}`);
-      } else {
+      const { call, res, failed } = await this.callFor(a, tts.upstream, '/v1/audio/speech', '*/*', Buffer.from(JSON.stringify(req)), `${this.socket.id}-${seq}-speech`);
+      failure = failed;
+      if (res) {
         accepted = true;
         let odd: Buffer | null = null;
         for await (const chunk of res) {
