@@ -13,6 +13,15 @@ const EnvName = Type.String({ pattern: '^[A-Z_][A-Z0-9_]*$', description: 'name 
 export const MODEL_KINDS = ['chat', 'embedding', 'tts', 'stt', 'sts', 'realtime'] as const;
 export type ModelKind = typeof MODEL_KINDS[number];
 
+/**
+ * The ElevenLabs text-to-speech parameters that change what is spoken and that an upstream may honour:
+ * a tts model lists those its upstream takes (`speech_params`), and they are sent on as JSON fields of
+ * the same name on `/v1/audio/speech`; the beta family refuses any other one (422) rather than drop it.
+ */
+export const SPEECH_PARAMS = ['seed', 'language_code', 'previous_text', 'next_text', 'previous_request_ids', 'next_request_ids',
+  'apply_text_normalization', 'apply_language_text_normalization'] as const;
+export type SpeechParam = typeof SPEECH_PARAMS[number];
+
 const Upstream = Type.Object({
   base_url: Type.Optional(Type.String({ pattern: '^https?://' })),
   sim: Type.Optional(Type.Object({ token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
@@ -41,6 +50,8 @@ const Model = Type.Object({
   max_output_tokens: Type.Integer({ minimum: 1, default: 8192 }),
   batch_discount_percent: Type.Integer({ minimum: 0, maximum: 100, default: 0, description: 'batch lines cost the live prices less this percentage' }),
   voice_cloning: Type.Boolean({ default: false, description: 'a tts model whose upstream clones voices from samples (docs/upstreams.md): cloned voices synthesize with it' }),
+  speech_params: Type.Array(Type.Union(SPEECH_PARAMS.map((p) => Type.Literal(p))), {
+    default: [], uniqueItems: true, description: 'the beta family\'s speech parameters this tts model\'s upstream honours, sent on as extra JSON fields of /v1/audio/speech' }),
 }, { additionalProperties: false });
 
 export const ConfigSchema = Type.Object({
@@ -104,6 +115,8 @@ export interface ModelConfig {
   maxOutputTokens: number;
   /** A tts model whose upstream clones voices (the voice-cloning contract); cloned voices synthesize with it. */
   voiceCloning: boolean;
+  /** The beta speech parameters its upstream honours (sent on); any other one is refused. */
+  speechParams: readonly SpeechParam[];
 }
 
 export interface UpstreamConfig {
@@ -147,6 +160,9 @@ export class ConfigError extends Error {}
 /** Set by a `workers: N` primary for its workers: its sandbox webhook secret, so any worker verifies what another signed. */
 export const SANDBOX_SECRET_ENV = 'TOLLGATE_SANDBOX_WEBHOOK_SECRET';
 
+/** What sim's speech takes besides its text (docs/upstreams.md, "sim's round trip"). */
+const SIM_SPEECH_PARAMS: SpeechParam[] = ['seed', 'language_code', 'previous_text', 'next_text'];
+
 /** The embedded default: simulated chat (priced as the seed's 27B model), embedding, text-to-speech and transcription models. */
 export const EMBEDDED_DEFAULT: unknown = {
   upstreams: { sim: { sim: {} } },
@@ -160,11 +176,11 @@ export const EMBEDDED_DEFAULT: unknown = {
     { id: 'sim-embed', upstream: 'sim', kind: 'embedding', simulated: true,
       description: 'Simulated embedding model (test infrastructure)',
       input_per_mtok: '0.02', output_per_mtok: '0', max_output_tokens: 1 },
-    { id: 'sim-tts-clone', upstream: 'sim', kind: 'tts', simulated: true, voice_cloning: true,
+    { id: 'sim-tts-clone', upstream: 'sim', kind: 'tts', simulated: true, voice_cloning: true, speech_params: SIM_SPEECH_PARAMS,
       description: 'Simulated text-to-speech model that clones voices from samples (test infrastructure)', per_mchar: '30' },
     { id: 'sim-sts', upstream: 'sim', kind: 'sts', simulated: true, aliases: ['eleven_english_sts_v2', 'eleven_multilingual_sts_v2'],
       description: 'Simulated voice conversion (test infrastructure)', audio_in_per_minute: '0.18' },
-    { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true,
+    { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, speech_params: SIM_SPEECH_PARAMS,
       aliases: ['tts-1', 'tts-1-hd', 'gpt-4o-mini-tts', 'eleven_multilingual_v2', 'eleven_v3', 'eleven_flash_v2_5', 'eleven_flash_v2', 'eleven_turbo_v2_5', 'eleven_turbo_v2', 'eleven_monolingual_v1', 'eleven_multilingual_v1'],
       description: 'Simulated text-to-speech model (test infrastructure), priced as OpenAI tts-1 ($15 per million characters)', per_mchar: '15' },
     { id: 'sim-stt', upstream: 'sim', kind: 'stt', simulated: true,
@@ -221,11 +237,12 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       seen.add(name);
     }
     if (m.voice_cloning && m.kind !== 'tts') fail(`/models/${i}/voice_cloning`, 'only a tts model clones voices');
+    if (m.speech_params.length > 0 && m.kind !== 'tts') fail(`/models/${i}/speech_params`, 'only a tts model takes speech parameters');
     const prices = unitPrices(m, i, fail);
     return {
       id: m.id, upstream: m.upstream, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
       description: m.description, simulated: m.simulated, prices, batchPrices: discounted(prices, m.batch_discount_percent),
-      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning,
+      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning, speechParams: m.speech_params,
     };
   });
   const realtimeModel = (field: 'transcription_model' | 'speech_model', kind: 'stt' | 'tts'): string | undefined => {
