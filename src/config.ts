@@ -67,6 +67,10 @@ export const ConfigSchema = Type.Object({
     upload_bytes: Type.Integer({ minimum: 1024, default: 25 * 1024 * 1024, description: 'the largest file an upload route takes (413 past it)' }),
     route_upload_bytes: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 1024 }), { default: {}, description: 'upload_bytes for one route, by its name (audio.transcriptions, …)' }),
   }, { additionalProperties: false, default: {} }),
+  voices: Type.Object({
+    max_per_account: Type.Integer({ minimum: 0, default: 30, description: 'cloned voices one account may hold at once (the subscription\'s voice_limit)' }),
+    max_samples: Type.Integer({ minimum: 1, maximum: 1000, default: 25, description: 'audio samples one POST /beta/v1/voices/add may carry' }),
+  }, { additionalProperties: false, default: {} }),
   upstreams: Type.Record(Type.String({ pattern: '^[a-z0-9_-]+$' }), Upstream),
   models: Type.Array(Model, { minItems: 1 }),
   batches: Type.Object({
@@ -140,6 +144,8 @@ export interface Config {
   redisUrl: string | undefined;
   redisPrefix: string;
   limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number; uploadBytes: number; routeUploadBytes: Readonly<Record<string, number>> };
+  /** Cloned voices: how many an account holds, how many samples one clone takes. */
+  voices: { maxPerAccount: number; maxSamples: number };
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
   batches: { concurrency: number; pollMs: number; leaseMs: number; maxFileBytes: number };
@@ -188,6 +194,11 @@ export const EMBEDDED_DEFAULT: unknown = {
       description: 'Simulated transcription model (test infrastructure), priced as OpenAI whisper-1 ($0.006 per audio minute)', audio_in_per_minute: '0.006' },
   ],
 };
+
+/** The largest file the upload route named `route` takes: its `limits.route_upload_bytes`, else `limits.upload_bytes`. */
+export function routeUploadBytes(c: Config, route: string): number {
+  return c.limits.routeUploadBytes[route] ?? c.limits.uploadBytes;
+}
 
 export function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Config {
   let raw: unknown;
@@ -285,6 +296,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',
     limits: { defaultRpm: c.limits.default_rpm, defaultConcurrency: c.limits.default_concurrency, maxBodyBytes: c.limits.max_body_bytes,
       uploadBytes: c.limits.upload_bytes, routeUploadBytes: c.limits.route_upload_bytes },
+    voices: { maxPerAccount: c.voices.max_per_account, maxSamples: c.voices.max_samples },
     upstreams, models,
     batches: {
       concurrency: c.batches.concurrency, leaseMs: envInt(env, 'TOLLGATE_BATCH_LEASE_MS') ?? c.batches.lease_ms,

@@ -46,7 +46,7 @@ export async function freshDatabase() {
 
 /**
  * options: { store: 'pglite' | 'postgres', redis: boolean, redisUrl (another Redis), embedded: boolean (no --config at all),
- *            upstreams, models, limits, batches, database: {url} (share one), redisPrefix (share one), env, workers,
+ *            upstreams, models, limits, batches, voices, database: {url} (share one), redisPrefix (share one), env, workers,
  *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl }
  */
 export async function startGateway(t, options = {}) {
@@ -64,6 +64,7 @@ export async function startGateway(t, options = {}) {
       models: options.models ?? TEST_MODELS,
       limits: options.limits ?? {},
       ...(options.batches ? { batches: options.batches } : {}),
+      ...(options.voices ? { voices: options.voices } : {}),
       payments: options.payments ?? { provider: 'sandbox', allow_sandbox: true },
       ...(options.publicUrl ? { public_url: options.publicUrl } : {}),
       ...(options.workers ? { workers: options.workers } : {}),
