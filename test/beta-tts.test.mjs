@@ -219,3 +219,28 @@ test('the stream-input socket sends seed and language_code on to a model that ta
   assert.equal(host.seen.length, calls);
   await assertInvariants(assert, gw, account);
 });
+
+test('the config refuses speech_params on a model that does not speak, and names it does not know', async () => {
+  const { loadConfigFile } = await import('../dist/config.js');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-config-'));
+  const load = (model, extra = {}) => {
+    const path = join(dir, 'c.json');
+    writeFileSync(path, JSON.stringify({ upstreams: { sim: { sim: {} } }, models: [model], payments: { provider: 'sandbox', allow_sandbox: true }, ...extra }));
+    return loadConfigFile(path, {});
+  };
+  try {
+    const tts = { id: 't', upstream: 'sim', kind: 'tts', per_mchar: '1' };
+    assert.deepEqual(load({ ...tts, speech_params: ['seed', 'next_text'] }).models[0].speechParams, ['seed', 'next_text']);
+    assert.deepEqual(load(tts).models[0].speechParams, []);
+    assert.throws(() => load({ id: 'c', upstream: 'sim', kind: 'chat', input_per_mtok: '1', output_per_mtok: '1', speech_params: ['seed'] }), /\/models\/0\/speech_params: only a tts model/);
+    assert.throws(() => load({ ...tts, speech_params: ['pitch'] }), /\/models\/0\/speech_params/);
+    assert.deepEqual(load(tts).voices, { maxPerAccount: 30, maxSamples: 25 }, 'the voice limits default to the family\'s');
+    assert.deepEqual(load(tts, { voices: { max_per_account: 3, max_samples: 5 } }).voices, { maxPerAccount: 3, maxSamples: 5 });
+    assert.throws(() => load(tts, { voices: { max_samples: 0 } }), /\/voices\/max_samples/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
