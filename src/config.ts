@@ -13,6 +13,15 @@ const EnvName = Type.String({ pattern: '^[A-Z_][A-Z0-9_]*$', description: 'name 
 export const MODEL_KINDS = ['chat', 'embedding', 'tts', 'stt', 'sts', 'realtime'] as const;
 export type ModelKind = typeof MODEL_KINDS[number];
 
+/**
+ * The ElevenLabs text-to-speech parameters that change what is spoken and that an upstream may honour:
+ * a tts model lists those its upstream takes (`speech_params`), and they are sent on as JSON fields of
+ * the same name on `/v1/audio/speech`; the beta family refuses any other one (422) rather than drop it.
+ */
+export const SPEECH_PARAMS = ['seed', 'language_code', 'previous_text', 'next_text', 'previous_request_ids', 'next_request_ids',
+  'apply_text_normalization', 'apply_language_text_normalization'] as const;
+export type SpeechParam = typeof SPEECH_PARAMS[number];
+
 const Upstream = Type.Object({
   base_url: Type.Optional(Type.String({ pattern: '^https?://' })),
   sim: Type.Optional(Type.Object({ token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
@@ -41,6 +50,8 @@ const Model = Type.Object({
   max_output_tokens: Type.Integer({ minimum: 1, default: 8192 }),
   batch_discount_percent: Type.Integer({ minimum: 0, maximum: 100, default: 0, description: 'batch lines cost the live prices less this percentage' }),
   voice_cloning: Type.Boolean({ default: false, description: 'a tts model whose upstream clones voices from samples (docs/upstreams.md): cloned voices synthesize with it' }),
+  speech_params: Type.Array(Type.Union(SPEECH_PARAMS.map((p) => Type.Literal(p))), {
+    default: [], uniqueItems: true, description: 'the beta family\'s speech parameters this tts model\'s upstream honours, sent on as extra JSON fields of /v1/audio/speech' }),
 }, { additionalProperties: false });
 
 export const ConfigSchema = Type.Object({
@@ -55,6 +66,10 @@ export const ConfigSchema = Type.Object({
     max_body_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024 }),
     upload_bytes: Type.Integer({ minimum: 1024, default: 25 * 1024 * 1024, description: 'the largest file an upload route takes (413 past it)' }),
     route_upload_bytes: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 1024 }), { default: {}, description: 'upload_bytes for one route, by its name (audio.transcriptions, …)' }),
+  }, { additionalProperties: false, default: {} }),
+  voices: Type.Object({
+    max_per_account: Type.Integer({ minimum: 0, default: 30, description: 'cloned voices one account may hold at once (the subscription\'s voice_limit)' }),
+    max_samples: Type.Integer({ minimum: 1, maximum: 1000, default: 25, description: 'audio samples one POST /beta/v1/voices/add may carry' }),
   }, { additionalProperties: false, default: {} }),
   upstreams: Type.Record(Type.String({ pattern: '^[a-z0-9_-]+$' }), Upstream),
   models: Type.Array(Model, { minItems: 1 }),
@@ -104,6 +119,8 @@ export interface ModelConfig {
   maxOutputTokens: number;
   /** A tts model whose upstream clones voices (the voice-cloning contract); cloned voices synthesize with it. */
   voiceCloning: boolean;
+  /** The beta speech parameters its upstream honours (sent on); any other one is refused. */
+  speechParams: readonly SpeechParam[];
 }
 
 export interface UpstreamConfig {
@@ -127,6 +144,8 @@ export interface Config {
   redisUrl: string | undefined;
   redisPrefix: string;
   limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number; uploadBytes: number; routeUploadBytes: Readonly<Record<string, number>> };
+  /** Cloned voices: how many an account holds, how many samples one clone takes. */
+  voices: { maxPerAccount: number; maxSamples: number };
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
   batches: { concurrency: number; pollMs: number; leaseMs: number; maxFileBytes: number };
@@ -147,6 +166,9 @@ export class ConfigError extends Error {}
 /** Set by a `workers: N` primary for its workers: its sandbox webhook secret, so any worker verifies what another signed. */
 export const SANDBOX_SECRET_ENV = 'TOLLGATE_SANDBOX_WEBHOOK_SECRET';
 
+/** What sim's speech takes besides its text (docs/upstreams.md, "sim's round trip"). */
+const SIM_SPEECH_PARAMS: SpeechParam[] = ['seed', 'language_code', 'previous_text', 'next_text'];
+
 /** The embedded default: simulated chat (priced as the seed's 27B model), embedding, text-to-speech and transcription models. */
 export const EMBEDDED_DEFAULT: unknown = {
   upstreams: { sim: { sim: {} } },
@@ -160,11 +182,11 @@ export const EMBEDDED_DEFAULT: unknown = {
     { id: 'sim-embed', upstream: 'sim', kind: 'embedding', simulated: true,
       description: 'Simulated embedding model (test infrastructure)',
       input_per_mtok: '0.02', output_per_mtok: '0', max_output_tokens: 1 },
-    { id: 'sim-tts-clone', upstream: 'sim', kind: 'tts', simulated: true, voice_cloning: true,
+    { id: 'sim-tts-clone', upstream: 'sim', kind: 'tts', simulated: true, voice_cloning: true, speech_params: SIM_SPEECH_PARAMS,
       description: 'Simulated text-to-speech model that clones voices from samples (test infrastructure)', per_mchar: '30' },
     { id: 'sim-sts', upstream: 'sim', kind: 'sts', simulated: true, aliases: ['eleven_english_sts_v2', 'eleven_multilingual_sts_v2'],
       description: 'Simulated voice conversion (test infrastructure)', audio_in_per_minute: '0.18' },
-    { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true,
+    { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, speech_params: SIM_SPEECH_PARAMS,
       aliases: ['tts-1', 'tts-1-hd', 'gpt-4o-mini-tts', 'eleven_multilingual_v2', 'eleven_v3', 'eleven_flash_v2_5', 'eleven_flash_v2', 'eleven_turbo_v2_5', 'eleven_turbo_v2', 'eleven_monolingual_v1', 'eleven_multilingual_v1'],
       description: 'Simulated text-to-speech model (test infrastructure), priced as OpenAI tts-1 ($15 per million characters)', per_mchar: '15' },
     { id: 'sim-stt', upstream: 'sim', kind: 'stt', simulated: true,
@@ -172,6 +194,11 @@ export const EMBEDDED_DEFAULT: unknown = {
       description: 'Simulated transcription model (test infrastructure), priced as OpenAI whisper-1 ($0.006 per audio minute)', audio_in_per_minute: '0.006' },
   ],
 };
+
+/** The largest file the upload route named `route` takes: its `limits.route_upload_bytes`, else `limits.upload_bytes`. */
+export function routeUploadBytes(c: Config, route: string): number {
+  return c.limits.routeUploadBytes[route] ?? c.limits.uploadBytes;
+}
 
 export function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Config {
   let raw: unknown;
@@ -221,11 +248,12 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       seen.add(name);
     }
     if (m.voice_cloning && m.kind !== 'tts') fail(`/models/${i}/voice_cloning`, 'only a tts model clones voices');
+    if (m.speech_params.length > 0 && m.kind !== 'tts') fail(`/models/${i}/speech_params`, 'only a tts model takes speech parameters');
     const prices = unitPrices(m, i, fail);
     return {
       id: m.id, upstream: m.upstream, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
       description: m.description, simulated: m.simulated, prices, batchPrices: discounted(prices, m.batch_discount_percent),
-      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning,
+      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning, speechParams: m.speech_params,
     };
   });
   const realtimeModel = (field: 'transcription_model' | 'speech_model', kind: 'stt' | 'tts'): string | undefined => {
@@ -268,6 +296,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',
     limits: { defaultRpm: c.limits.default_rpm, defaultConcurrency: c.limits.default_concurrency, maxBodyBytes: c.limits.max_body_bytes,
       uploadBytes: c.limits.upload_bytes, routeUploadBytes: c.limits.route_upload_bytes },
+    voices: { maxPerAccount: c.voices.max_per_account, maxSamples: c.voices.max_samples },
     upstreams, models,
     batches: {
       concurrency: c.batches.concurrency, leaseMs: envInt(env, 'TOLLGATE_BATCH_LEASE_MS') ?? c.batches.lease_ms,

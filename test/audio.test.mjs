@@ -152,3 +152,74 @@ test('a dropped speech stream: after audio reached the client, the whole text is
   assert.equal(await balanceNano(gw, account), before);
   await assertInvariants(assert, gw, account);
 });
+
+/** A 0.1 s 16 kHz mono WAV: a voice sample. */
+function sampleWav(seed) {
+  const data = Buffer.alloc(3200);
+  for (let i = 0; i < 1600; i++) data.writeInt16LE(Math.round(8000 * Math.sin((i * (seed + 1)) / 10)), i * 2);
+  const h = Buffer.alloc(44);
+  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVEfmt ', 8);
+  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(16000, 24);
+  h.writeUInt32LE(32000, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
+  return Buffer.concat([h, data]);
+}
+
+test('a voice the account cloned speaks by id or {"id"} with the clone model at its price; another account\'s is 404, never its voice', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const a = await gw.account('10');
+  const b = await gw.account('10');
+  const form = new FormData();
+  form.append('name', 'Narrator');
+  for (const i of [1, 2]) form.append('files', new Blob([sampleWav(i)], { type: 'audio/wav' }), `s${i}.wav`);
+  const added = await gw.fetch('/beta/v1/voices/add', { method: 'POST', headers: { 'xi-api-key': a.key }, body: form });
+  assert.equal(added.status, 200);
+  const { voice_id: id } = await added.json();
+  const chars = BigInt([...TEXT].length);
+  const CLONE_PER_CHAR = 30_000n; // sim-tts-clone: $30 per million characters
+
+  const alloy = Buffer.from(await (await speech(gw, a.key, { input: TEXT, response_format: 'wav' })).arrayBuffer());
+  let before = await balanceNano(gw, a.account);
+  for (const voice of [id, { id }]) {
+    const res = await speech(gw, a.key, { input: TEXT, voice, response_format: 'wav' });
+    assert.equal(res.status, 200, await res.clone().text());
+    assert.equal(res.headers.get('content-type'), 'audio/wav');
+    const audio = Buffer.from(await res.arrayBuffer());
+    const meta = await parseBuffer(audio, { mimeType: 'audio/wav' });
+    assert.ok(Math.abs(meta.format.duration - [...TEXT].length * 0.06) < 0.01);
+    assert.ok(!audio.equals(alloy), 'spoken in the cloned voice, not a preset');
+    await expectSpent(gw, a.account, before, chars * CLONE_PER_CHAR);
+    before -= chars * CLONE_PER_CHAR;
+  }
+  // The clone model speaks it, whichever speech model the request names; the text comes back from transcription.
+  const res = await speech(gw, a.key, { input: TEXT, voice: { id }, model: 'gpt-4o-mini-tts', response_format: 'wav' });
+  const heard = await (await upload(gw, a.key, '/alpha/v1/audio/transcriptions', Buffer.from(await res.arrayBuffer()), 'clone.wav')).json();
+  assert.equal(heard.text, TEXT);
+  await expectSpent(gw, a.account, before, chars * CLONE_PER_CHAR + BigInt(Math.ceil([...TEXT].length * 60)) * PER_MS);
+
+  // Account B: A's voice is not found, exactly as an id that never existed; nothing is billed.
+  const bBefore = await balanceNano(gw, b.account);
+  const missing = [];
+  for (const voice of [id, { id }, 'Zz9'.repeat(6) + 'Zz', { id: 'voice_1234' }]) {
+    const r = await speech(gw, b.key, { input: TEXT, voice });
+    const body = await r.json();
+    assert.equal(r.status, 404, JSON.stringify(body));
+    assert.deepEqual(Object.keys(body), ['error']);
+    assert.equal(body.error.code, 'voice_not_found');
+    assert.equal(body.error.param, 'voice');
+    assert.equal(body.error.type, 'invalid_request_error');
+    missing.push(body.error.message.replace(/'[^']*'/, "'…'"));
+  }
+  assert.equal(new Set(missing).size, 1, 'the same answer for another account\'s voice and one that never existed');
+  let r = await speech(gw, b.key, { input: TEXT, voice: 'nobody' });
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.code, 'invalid_value');
+  r = await speech(gw, b.key, { input: TEXT, voice: '21m00Tcm4TlvDq8ikWAM' }); // the beta family's premade voice
+  assert.equal(r.status, 400);
+  r = await speech(gw, b.key, { input: TEXT, voice: { id, name: 'extra' } }); // the spec's object has only `id`
+  assert.equal(r.status, 422);
+  assert.equal((await r.json()).error.param, 'voice');
+  await new Promise((x) => setTimeout(x, 200));
+  assert.equal(await balanceNano(gw, b.account), bBefore, 'nothing billed to B');
+  await assertInvariants(assert, gw, a.account);
+  await assertInvariants(assert, gw, b.account);
+});

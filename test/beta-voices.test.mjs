@@ -1,7 +1,7 @@
 // The beta family's voices: cloning from samples, reading, listing, deleting; tenant isolation; its error envelope; models and subscription.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startGateway, TEST_MODELS, assertInvariants } from './helpers/gateway.mjs';
+import { startGateway, TEST_MODELS, assertInvariants, dollarsToNano } from './helpers/gateway.mjs';
 
 const MODELS = TEST_MODELS;
 
@@ -208,6 +208,7 @@ test('models list the speech models as a bare array; the subscription maps balan
   assert.equal(sub.character_limit, 100_000);
   assert.equal(sub.status, 'active');
   assert.equal(sub.voice_slots_used, 0);
+  assert.equal(sub.voice_limit, 30, 'voices.max_per_account by default');
   assert.equal(sub.can_use_instant_voice_cloning, true);
   await addVoice(gw, key);
   const { voice_id } = await addVoice(gw, key, { name: 'Second' });
@@ -215,4 +216,63 @@ test('models list the speech models as a bare array; the subscription maps balan
   sub = await (await gw.fetch('/beta/v1/user/subscription', { headers: xi(key) })).json();
   assert.equal(sub.voice_slots_used, 1);
   assert.equal(sub.voice_add_edit_counter, 2, 'the month counts every voice added, a deleted one too');
+});
+
+test('configured voice and upload limits are enforced: voices per account, samples per voice, bytes per sample and per speech upload', async (t) => {
+  const gw = await startGateway(t, {
+    store: 'pglite', models: MODELS,
+    voices: { max_per_account: 1, max_samples: 2 },
+    limits: { route_upload_bytes: { 'beta.voices.add': 4096, 'beta.stt': 4096, 'beta.sts': 4096 } },
+  });
+  const { key, account } = await gw.account('5');
+  const balance = async () => dollarsToNano(String((await (await gw.fetch('/svc/v1/key', { headers: xi(key) })).json()).balance));
+  const before = await balance();
+  const small = wav(1); // 3,244 bytes
+  const big = wav(2, 3000); // 6,044 bytes
+  assert.ok(small.length < 4096 && big.length > 4096);
+
+  let res = await gw.fetch('/beta/v1/voices/add', { method: 'POST', headers: xi(key), body: voiceForm({ files: [small, big] }) });
+  assert.equal(res.status, 413);
+  let body = await res.json();
+  assertEnvelope(body, 413, 'request_too_large');
+  assert.match(body.error.message, /4096 bytes/);
+
+  res = await gw.fetch('/beta/v1/voices/add', { method: 'POST', headers: xi(key), body: voiceForm({ files: [small, wav(3), wav(4)] }) });
+  assert.equal(res.status, 422);
+  body = await res.json();
+  assert.deepEqual(body.detail[0].loc, ['body', 'files']);
+  assert.match(body.error.message, /at most 2 samples/);
+
+  let sub = await (await gw.fetch('/beta/v1/user/subscription', { headers: xi(key) })).json();
+  assert.equal(sub.voice_limit, 1);
+  await addVoice(gw, key, { files: [small, wav(3)] });
+  res = await gw.fetch('/beta/v1/voices/add', { method: 'POST', headers: xi(key), body: voiceForm({ name: 'Second', files: [small] }) });
+  assert.equal(res.status, 400);
+  assertEnvelope(await res.json(), 400, 'voice_limit_reached');
+  sub = await (await gw.fetch('/beta/v1/user/subscription', { headers: xi(key) })).json();
+  assert.equal(sub.voice_slots_used, 1);
+
+  for (const [path, field] of [['/beta/v1/speech-to-text', 'file'], ['/beta/v1/speech-to-speech/JBFqnCBsd6RMkjVDRZzb', 'audio']]) {
+    const f = new FormData();
+    f.append('model_id', path.includes('text') ? 'scribe_v1' : 'eleven_english_sts_v2');
+    f.append(field, new Blob([big], { type: 'audio/wav' }), 'big.wav');
+    res = await gw.fetch(path, { method: 'POST', headers: xi(key), body: f });
+    assert.equal(res.status, 413, path);
+    assertEnvelope(await res.json(), 413, 'request_too_large');
+  }
+  // The speech-to-speech stream route has its own name and keeps the default.
+  const f = new FormData();
+  f.append('model_id', 'eleven_english_sts_v2');
+  f.append('audio', new Blob([big], { type: 'audio/wav' }), 'big.wav');
+  res = await gw.fetch('/beta/v1/speech-to-speech/JBFqnCBsd6RMkjVDRZzb/stream?output_format=pcm_16000', { method: 'POST', headers: xi(key), body: f });
+  assert.equal(res.status, 200);
+  await res.arrayBuffer();
+  const list = await (await gw.fetch('/beta/v2/voices?page_size=100', { headers: xi(key) })).json();
+  assert.equal(list.voices.filter((v) => v.category !== 'premade').length, 1, 'only the voice within the limits was kept');
+  // The stream conversion was billed (its 187.5 ms, rounded up, at $0.18 a minute); nothing else was.
+  const stsNano = (188n * 180_000_000n + 59_999n) / 60_000n;
+  let after = await balance();
+  for (let i = 0; i < 100 && after === before; i++) { await new Promise((r) => setTimeout(r, 30)); after = await balance(); }
+  assert.equal(before - after, stsNano);
+  await assertInvariants(assert, gw, account);
 });

@@ -22,6 +22,8 @@ export interface MultipartOptions {
   /** Bytes one file may have; past it the request fails with 413. */
   maxFileBytes: number;
   maxFiles?: number;
+  /** The refusal when there are more than `maxFiles` files (default: 400 invalid_multipart). */
+  tooManyFiles?: GatewayError;
   maxFields?: number;
   maxFieldBytes?: number;
   /**
@@ -111,7 +113,7 @@ export function readMultipart(input: Readable | Buffer, contentType: string | un
       file.on('end', () => { if (!file.truncated) files.push({ ...meta, data: Buffer.concat(parts) }); });
     });
     const tooMany = (what: string) => () => fail(invalidMultipart(`The multipart body has too many ${what}.`));
-    bb.on('filesLimit', tooMany('files'));
+    bb.on('filesLimit', opts.tooManyFiles ? () => fail(opts.tooManyFiles) : tooMany('files'));
     bb.on('fieldsLimit', tooMany('fields'));
     bb.on('partsLimit', tooMany('parts'));
     bb.on('error', fail);

@@ -70,6 +70,27 @@ export function extractText(samples: Int16Array): string | undefined {
   return out.toString('utf8');
 }
 
+/**
+ * The speech parameters sim takes besides its text (a model's `speech_params`): checked, then honoured as far
+ * as a tone per character can: its audio is a function of the text, voice and speed alone, so any `seed`
+ * gives the same audio every time, and the language and the surrounding texts change nothing.
+ */
+function checkSpeechParams(body: Record<string, unknown>): void {
+  const seed = body.seed;
+  if (seed !== undefined && seed !== null && !(Number.isInteger(seed) && (seed as number) >= 0 && (seed as number) <= 4_294_967_295)) {
+    throw new SimError(400, 'seed must be an integer from 0 to 4294967295.', 'seed');
+  }
+  for (const f of ['language_code', 'previous_text', 'next_text']) {
+    if (body[f] !== undefined && body[f] !== null && typeof body[f] !== 'string') throw new SimError(400, `${f} must be a string.`, f);
+  }
+  // What it cannot do it refuses, as an honest upstream would, rather than ignore.
+  const asked = (f: string, none: unknown): boolean => body[f] !== undefined && body[f] !== null && body[f] !== none
+    && !(Array.isArray(body[f]) && (body[f] as unknown[]).length === 0);
+  if (asked('apply_text_normalization', 'auto')) throw new SimError(400, 'sim does not normalize text: apply_text_normalization must be "auto".', 'apply_text_normalization');
+  if (asked('apply_language_text_normalization', false)) throw new SimError(400, 'sim does not normalize text.', 'apply_language_text_normalization');
+  for (const f of ['previous_request_ids', 'next_request_ids']) if (asked(f, undefined)) throw new SimError(400, `sim keeps no earlier requests: ${f} is not taken.`, f);
+}
+
 /** Pieces of 250 ms of audio, written one by one (a slow reader holds the rest back). */
 const PIECE = SIM_SPEECH_RATE / 4;
 
@@ -83,6 +104,7 @@ export function speech(body: Record<string, unknown>, res: http.ServerResponse, 
   if (body.stream_format !== undefined && body.stream_format !== 'sse' && body.stream_format !== 'audio') throw new SimError(400, "stream_format must be 'audio' or 'sse'.", 'stream_format');
   const speed = body.speed === undefined ? 1 : body.speed;
   if (typeof speed !== 'number' || !(speed >= 0.25 && speed <= 4)) throw new SimError(400, 'speed must be a number from 0.25 to 4.', 'speed');
+  checkSpeechParams(body);
   const samples = synth(input, speed, body.voice);
   const pcm = Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
   const enc = audioEncoder(format, { inRate: SIM_SPEECH_RATE, totalSamples: samples.length, tags: { [SIM_TEXT_TAG]: input } });

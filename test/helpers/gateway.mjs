@@ -19,9 +19,9 @@ export const TEST_MODELS = [
   { id: 'sim-chat', upstream: 'sim', aliases: ['tollgate-27b'], kind: 'chat', simulated: true, input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
   { id: 'sim-reasoner', upstream: 'sim', kind: 'chat', simulated: true, input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
   { id: 'sim-embed', upstream: 'sim', kind: 'embedding', simulated: true, input_per_mtok: '0.02', output_per_mtok: '0', max_output_tokens: 1 },
-  { id: 'sim-tts-clone', upstream: 'sim', kind: 'tts', simulated: true, voice_cloning: true, per_mchar: '30' },
+  { id: 'sim-tts-clone', upstream: 'sim', kind: 'tts', simulated: true, voice_cloning: true, per_mchar: '30', speech_params: ['seed', 'language_code', 'previous_text', 'next_text'] },
   { id: 'sim-sts', upstream: 'sim', kind: 'sts', simulated: true, aliases: ['eleven_english_sts_v2', 'eleven_multilingual_sts_v2'], audio_in_per_minute: '0.18' },
-  { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, aliases: ['tts-1', 'tts-1-hd', 'gpt-4o-mini-tts', 'eleven_multilingual_v2', 'eleven_v3', 'eleven_flash_v2_5', 'eleven_flash_v2', 'eleven_turbo_v2_5', 'eleven_turbo_v2', 'eleven_monolingual_v1', 'eleven_multilingual_v1'], per_mchar: '15' },
+  { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, aliases: ['tts-1', 'tts-1-hd', 'gpt-4o-mini-tts', 'eleven_multilingual_v2', 'eleven_v3', 'eleven_flash_v2_5', 'eleven_flash_v2', 'eleven_turbo_v2_5', 'eleven_turbo_v2', 'eleven_monolingual_v1', 'eleven_multilingual_v1'], per_mchar: '15', speech_params: ['seed', 'language_code', 'previous_text', 'next_text'] },
   { id: 'sim-stt', upstream: 'sim', kind: 'stt', simulated: true, aliases: ['whisper-1', 'gpt-4o-transcribe', 'gpt-4o-mini-transcribe', 'scribe_v1', 'scribe_v1_experimental', 'scribe_v2'], audio_in_per_minute: '0.006' },
 ];
 
@@ -46,7 +46,7 @@ export async function freshDatabase() {
 
 /**
  * options: { store: 'pglite' | 'postgres', redis: boolean, redisUrl (another Redis), embedded: boolean (no --config at all),
- *            upstreams, models, limits, batches, database: {url} (share one), redisPrefix (share one), env, workers,
+ *            upstreams, models, limits, batches, voices, database: {url} (share one), redisPrefix (share one), env, workers,
  *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl }
  */
 export async function startGateway(t, options = {}) {
@@ -64,6 +64,7 @@ export async function startGateway(t, options = {}) {
       models: options.models ?? TEST_MODELS,
       limits: options.limits ?? {},
       ...(options.batches ? { batches: options.batches } : {}),
+      ...(options.voices ? { voices: options.voices } : {}),
       payments: options.payments ?? { provider: 'sandbox', allow_sandbox: true },
       ...(options.publicUrl ? { public_url: options.publicUrl } : {}),
       ...(options.workers ? { workers: options.workers } : {}),

@@ -13,6 +13,7 @@ import { WholeInputMeter, type WholeInput } from '../../meter/speech.js';
 import { measureAudio } from '../../meter/audio.js';
 import { readMultipart, type Multipart } from '../../server/multipart.js';
 import { presetVoice, OPENAI_VOICES } from '../../resolve/voices.js';
+import { voiceOf } from '../../store/voices.js';
 import { CONTENT_TYPES } from '../../audio/index.js';
 import { compile, parseJson } from '../validate.js';
 import { alpha } from './family.js';
@@ -25,8 +26,9 @@ export const MAX_SPEECH_CHARS = 4096;
 const SpeechRequest = Type.Object({
   model: Type.String({ minLength: 1 }),
   input: Type.String({ minLength: 1, expected: 'the text to speak, a non-empty string' }),
-  voice: Type.Union([Type.String({ minLength: 1 }), Type.Object({ id: Type.String({ minLength: 1 }) }, { additionalProperties: true })],
-    { expected: `a voice name (${OPENAI_VOICES.join(', ')}) or {"id": …}` }),
+  // The spec's VoiceIdsOrCustomVoice: a voice name, or a custom voice `{"id": …}` (nothing else in the object).
+  voice: Type.Union([Type.String({ minLength: 1 }), Type.Object({ id: Type.String({ minLength: 1 }) }, { additionalProperties: false })],
+    { expected: `a voice name (${OPENAI_VOICES.join(', ')}) or {"id": "<voice id>"}` }),
   response_format: Type.Optional(Type.String()),
   stream_format: Type.Optional(Type.String()),
   speed: Type.Optional(Type.Number({ minimum: 0.25, maximum: 4 })),
@@ -42,6 +44,28 @@ function oneOf(param: string, value: string | undefined, allowed: readonly strin
   if (value !== undefined && !allowed.includes(value)) {
     throw invalidValue(param, `Invalid value for '${param}': '${value.slice(0, 64)}'. Supported values are: ${allowed.map((a) => `'${a}'`).join(', ')}.`);
   }
+}
+
+/** A cloned voice's id: 20 base62 characters (store/voices.ts). */
+const VOICE_ID = /^[0-9A-Za-z]{20}$/;
+
+/**
+ * The model and upstream voice a speech request speaks with: one of the family's voice names with the
+ * model `model` names; or a voice the caller's account cloned (`POST /beta/v1/voices/add`), by id as a
+ * string or as `{"id": …}`, with the model that cloned it (no other model knows the voice), at that
+ * model's price. Another account's voice is not found (404), exactly as an id that never existed; a
+ * string that is not shaped like a voice id, or the other family's premade voice, gets the list of names (400).
+ */
+async function speechVoice(s: Services, accountId: string, voice: string | { id: string }, model: ModelConfig): Promise<{ model: ModelConfig; upstreamVoice: string }> {
+  const id = typeof voice === 'string' ? voice : voice.id;
+  const preset = presetVoice(id);
+  if (preset?.family === 'alpha') return { model, upstreamVoice: preset.upstreamVoice };
+  const cloned = !preset && VOICE_ID.test(id) ? await voiceOf(s.db, accountId, id) : null;
+  if (cloned) return { model: s.models.resolve(cloned.modelId, 'tts'), upstreamVoice: cloned.upstreamVoiceId };
+  if (preset || (typeof voice === 'string' && !VOICE_ID.test(id))) {
+    throw invalidValue('voice', `Invalid value for 'voice': '${id.slice(0, 64)}'. Supported voices are: ${OPENAI_VOICES.map((v) => `'${v}'`).join(', ')}, or the id of a voice this account cloned.`);
+  }
+  throw new GatewayError({ status: 404, code: 'voice_not_found', param: 'voice', message: `No voice with id '${id.slice(0, 64)}' was found.` });
 }
 
 /** Holds exactly the whole input's price, calls the upstream and relays its reply through a WholeInputMeter. */
@@ -74,14 +98,9 @@ function speechRoute(s: Services): Route {
       oneOf('stream_format', req.stream_format, ['audio', 'sse']);
       const characters = [...req.input].length;
       if (characters > MAX_SPEECH_CHARS) throw invalidValue('input', `The input has ${characters} characters; at most ${MAX_SPEECH_CHARS} are spoken in one request.`);
-      const model = s.models.resolve(req.model, 'tts');
-      const voiceName = typeof req.voice === 'string' ? req.voice : req.voice.id;
-      const voice = presetVoice(voiceName);
-      if (!voice || voice.family !== 'alpha') {
-        throw invalidValue('voice', `Invalid value for 'voice': '${voiceName.slice(0, 64)}'. Supported voices are: ${OPENAI_VOICES.map((v) => `'${v}'`).join(', ')}.`);
-      }
+      const { model, upstreamVoice } = await speechVoice(s, ctx.key!.accountId, req.voice, s.models.resolve(req.model, 'tts'));
       const format = (req.response_format ?? 'mp3') as typeof SPEECH_FORMATS[number];
-      const out = { ...req, model: model.upstreamModel, voice: voice.upstreamVoice };
+      const out = { ...req, model: model.upstreamModel, voice: upstreamVoice };
       await audioExchange(s, ctx, {
         model, path: '/v1/audio/speech', headers: ctx.headers, body: Buffer.from(JSON.stringify(out)),
         bill: { characters }, mode: 'stream', contentType: req.stream_format === 'sse' ? 'text/event-stream' : CONTENT_TYPES[format],

@@ -3,7 +3,6 @@ import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { modelView } from './views.js';
 import { voiceCounts } from '../../store/voices.js';
-import { VOICE_LIMIT } from './voices.js';
 
 /** ElevenLabs caps a character count at what a 32-bit counter holds; an unpriced (free) model leaves it there. */
 const UNBOUNDED_CHARACTERS = 2_147_483_647;
@@ -49,7 +48,7 @@ export function accountRoutes(s: Services): Route[] {
           next_character_count_reset_unix: nextReset,
           voice_slots_used: voices.held,
           professional_voice_slots_used: 0,
-          voice_limit: VOICE_LIMIT,
+          voice_limit: s.config.voices.maxPerAccount,
           max_voice_add_edits: null,
           voice_add_edit_counter: voices.addedSince,
           professional_voice_limit: 0,

@@ -30,13 +30,16 @@ function queryError(field: string, msg: string): GatewayError {
 /** The query of a synthesis or conversion route: `output_format` checked against the enumeration. */
 export function outputFormatOf(query: string): OutputFormat {
   const q = new URLSearchParams(query);
+  const latency = q.get('optimize_streaming_latency');
+  if (latency !== null && latency !== '' && !/^[0-4]$/.test(latency)) throw queryError('optimize_streaming_latency', 'optimize_streaming_latency must be an integer from 0 to 4.');
+  // Both are accepted and change nothing here (README): no latency mode trades quality away, and no history of text or audio is kept.
+  const logging = q.get('enable_logging');
+  if (logging !== null && logging !== '' && logging !== 'true' && logging !== 'false') throw queryError('enable_logging', 'enable_logging must be true or false.');
   const f = q.get('output_format');
   if (f === null || f === '') return DEFAULT_OUTPUT_FORMAT;
   if (!(OUTPUT_FORMATS as readonly string[]).includes(f)) {
     throw queryError('output_format', `output_format must be one of ${OUTPUT_FORMATS.join(', ')}; got "${f.slice(0, 64)}".`);
   }
-  const latency = q.get('optimize_streaming_latency');
-  if (latency !== null && latency !== '' && !/^[0-4]$/.test(latency)) throw queryError('optimize_streaming_latency', 'optimize_streaming_latency must be an integer from 0 to 4.');
   return f as OutputFormat;
 }
 

@@ -12,6 +12,7 @@ import type { SessionHandler, SessionSocket, SocketRoute, UpgradeRequest } from 
 import { beta } from './family.js';
 import { betaPreset } from './presets.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
+import { queryParams } from './speech-params.js';
 import { STREAM_FORMAT_NAMES, STREAM_OUTPUT_FORMATS, encodePcm, upstreamFormat, type OutputFormat } from './speech-formats.js';
 import { measureAudio } from '../../meter/audio.js';
 
@@ -85,6 +86,7 @@ interface Session { target: SpeechTarget; charge: Charge }
  */
 async function openSession(s: Services, key: KeyRecord, socket: SessionSocket, o: Options): Promise<Session> {
   const target = await speechTarget(s, key.accountId, o.voiceId, o.modelId, betaPreset);
+  queryParams(s.models.models, target.model, o.query); // refused before the session is admitted when the model cannot honour one
   const charge = await Charge.open(s, { key, id: socket.id, model: target.model, reason: 'tts.stream_input',
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0 } });
   return { target, charge };
@@ -238,7 +240,7 @@ class StreamInput implements SessionHandler {
   /** The upstream's OpenAI-compatible speech route, asked for raw 24 kHz PCM (PCM and G.711 are made from it) or its mp3 / opus. */
   private async synthesize(text: string, seq: number): Promise<Buffer> {
     const { model, upstreamVoice } = this.target!;
-    const body = { model: model.upstreamModel, input: text, voice: upstreamVoice, response_format: upstreamFormat(this.o.format),
+    const body = { ...queryParams(this.s.models.models, model, this.o.query), model: model.upstreamModel, input: text, voice: upstreamVoice, response_format: upstreamFormat(this.o.format),
       ...(typeof (this.voiceSettings as { speed?: unknown } | undefined)?.speed === 'number' ? { speed: (this.voiceSettings as { speed: number }).speed } : {}) };
     const call = this.s.upstreams.call(model.upstream, 'POST', '/v1/audio/speech', { 'content-type': 'application/json' },
       Buffer.from(JSON.stringify(body)), `${this.socket.id}-${seq}`);

@@ -15,9 +15,9 @@ import { voiceOf } from '../../store/voices.js';
 import { voiceNotFound } from './speech-target.js';
 import type { PresetLookup } from './tts.js';
 import type { MeasureAudio } from './stt.js';
-import { UPLOAD_LIMIT } from './voices.js';
 import { beta } from './family.js';
 import { pcmDurationMs } from '../../meter/audio.js';
+import { routeUploadBytes } from '../../config.js';
 
 /** The family's default conversion model (A5). */
 export const DEFAULT_STS_MODEL_ID = 'eleven_english_sts_v2';
@@ -28,7 +28,7 @@ function field422(field: string, msg: string): GatewayError {
 
 async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable, measure: MeasureAudio, preset: PresetLookup): Promise<void> {
   const format = outputFormatOf(ctx.query);
-  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: UPLOAD_LIMIT, maxFiles: 1 });
+  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: routeUploadBytes(s.config, ctx.routeName), maxFiles: 1 });
   const audio = form.files.find((f) => f.field === 'audio');
   if (!audio) throw field422('audio', 'audio is required: the speech to convert.');
   const settings = form.field('voice_settings');
@@ -87,7 +87,7 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
 export function stsRoutes(s: Services, measure: MeasureAudio, preset: PresetLookup): Route[] {
   // The Python client (elevenlabs 2.78) calls the same operation /v1/voice-changer/{voice_id}.
   const route = (base: string, suffix: string, name: string): Route => ({
-    method: 'POST', path: `/v1/${base}/:voice_id${suffix}`, name, scope: 'voice', metered: true, body: 'stream', bodyLimit: UPLOAD_LIMIT + 1024 * 1024,
+    method: 'POST', path: `/v1/${base}/:voice_id${suffix}`, name, scope: 'voice', metered: true, body: 'stream', bodyLimit: routeUploadBytes(s.config, name) + 1024 * 1024,
     handler: (ctx, { params, stream }) => convert(s, ctx, params.voice_id!, stream!, measure, preset),
   });
   return ['speech-to-speech', 'voice-changer'].flatMap((b) => [route(b, '', 'beta.sts'), route(b, '/stream', 'beta.sts.stream')]);

@@ -10,9 +10,9 @@ import { relay } from '../../exchange/relay-http.js';
 import { TranscriptMeter } from '../../meter/transcript.js';
 import { buildForm, type FormPart } from '../../proxy/form.js';
 import { chunkResponse, type Granularity } from './transcript.js';
-import { UPLOAD_LIMIT } from './voices.js';
 import { beta } from './family.js';
 import { pcmDurationMs } from '../../meter/audio.js';
+import { routeUploadBytes } from '../../config.js';
 
 /** Measures an uploaded file's duration in milliseconds; 400 when it cannot be read. */
 export type MeasureAudio = (data: Buffer, mimeType: string, fileName: string, param: string) => Promise<number>;
@@ -46,7 +46,7 @@ function refuseUnsupported(form: Multipart): void {
 }
 
 async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: MeasureAudio): Promise<void> {
-  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: UPLOAD_LIMIT, maxFiles: 1 });
+  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: routeUploadBytes(s.config, 'beta.stt'), maxFiles: 1 });
   const modelId = form.field('model_id');
   if (!modelId) throw field422('model_id', 'model_id is required (scribe_v1).');
   refuseUnsupported(form);
@@ -96,7 +96,7 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
 
 export function sttRoutes(s: Services, measure: MeasureAudio): Route[] {
   return [{
-    method: 'POST', path: '/v1/speech-to-text', name: 'beta.stt', scope: 'voice', metered: true, body: 'stream', bodyLimit: UPLOAD_LIMIT + 1024 * 1024,
+    method: 'POST', path: '/v1/speech-to-text', name: 'beta.stt', scope: 'voice', metered: true, body: 'stream', bodyLimit: routeUploadBytes(s.config, 'beta.stt') + 1024 * 1024,
     handler: (ctx, { stream }) => transcribe(s, ctx, stream!, measure),
   }];
 }

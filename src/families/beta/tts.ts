@@ -9,6 +9,7 @@ import { relay } from '../../exchange/relay-http.js';
 import { SpeechMeter, TimestampsMeter } from '../../meter/synthesis.js';
 import { checkTts, outputFormatOf } from './schemas.js';
 import { speechTarget } from './speech-target.js';
+import { speechParams } from './speech-params.js';
 import { production, UPSTREAM_PCM_RATE } from './produce.js';
 import { MAX_TTS_CHARACTERS } from './views.js';
 import { beta } from './family.js';
@@ -33,6 +34,8 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
       detail: [{ loc: ['body', 'pronunciation_dictionary_locators'], msg: 'pronunciation dictionaries are not supported', type: 'unsupported_parameter' }] });
   }
   const target = await speechTarget(s, ctx.key!.accountId, voiceId, req.model_id, preset);
+  // Refused here, before anything is held, when the voice's model cannot honour one.
+  const extra = speechParams(s.models.models, target.model, req);
   const plan = production(format);
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: target.model, reason: ctx.routeName,
@@ -40,7 +43,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   });
   const speed = req.voice_settings?.speed;
   const upstreamBody = Buffer.from(JSON.stringify({
-    model: target.model.upstreamModel, input: req.text, voice: target.upstreamVoice, response_format: plan.upstreamFormat,
+    ...extra, model: target.model.upstreamModel, input: req.text, voice: target.upstreamVoice, response_format: plan.upstreamFormat,
     ...(typeof speed === 'number' ? { speed } : {}),
   }));
   const headers = { 'request-id': ctx.requestId, 'character-cost': String(characters) };

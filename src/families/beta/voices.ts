@@ -10,12 +10,7 @@ import { clonedVoiceView } from './views.js';
 import { beta } from './family.js';
 import { presetViews } from './presets.js';
 import { measureAudio } from '../../meter/audio.js';
-
-/** Cloned voices one account may hold at once (the subscription's `voice_limit`). */
-export const VOICE_LIMIT = 30;
-/** Bytes one uploaded sample may have (413 past it). */
-export const UPLOAD_LIMIT = 25 * 1024 * 1024;
-const MAX_SAMPLES = 25;
+import { routeUploadBytes } from '../../config.js';
 
 function voiceNotFound(id: string): GatewayError {
   return new GatewayError({ status: 404, code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
@@ -47,7 +42,10 @@ function parseLabels(text: string | undefined): Record<string, string> {
 
 async function addVoice(s: Services, ctx: Ctx, stream: NonNullable<Parameters<typeof readMultipart>[0]>): Promise<void> {
   const key = ctx.key!;
-  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: UPLOAD_LIMIT, maxFiles: MAX_SAMPLES });
+  // Each sample up to the route's upload limit (413 past it), at most voices.max_samples of them.
+  const { maxSamples, maxPerAccount } = s.config.voices;
+  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: routeUploadBytes(s.config, 'beta.voices.add'), maxFiles: maxSamples,
+    tooManyFiles: invalid('files', 'validation_error', `A voice takes at most ${maxSamples} samples.`) });
   const name = form.field('name')?.trim();
   if (!name) throw invalid('name', 'validation_error', 'name is required: the name of the new voice.');
   if (name.length > 200) throw invalid('name', 'validation_error', 'name must be at most 200 characters.');
@@ -61,7 +59,7 @@ async function addVoice(s: Services, ctx: Ctx, stream: NonNullable<Parameters<ty
     throw new GatewayError({ status: 400, code: 'voice_cloning_unavailable', message: 'This gateway has no model that clones voices (no tts model with voice_cloning).' });
   }
   const counts = await voiceCounts(s.db, key.accountId, new Date(0));
-  if (counts.held >= VOICE_LIMIT) {
+  if (counts.held >= maxPerAccount) {
     throw new GatewayError({ status: 400, code: 'voice_limit_reached', message: `This account holds ${counts.held} voices, its limit; delete one to add another.` });
   }
   // Each sample must be audio whose length can be read (400 invalid_audio otherwise, nothing stored): its duration is listed.
@@ -130,7 +128,7 @@ export function voiceRoutes(s: Services): Route[] {
     [...presetViews(legacy, presetModels), ...(await voicesOf(s.db, ctx.key!.accountId)).map(clonedVoiceView)];
   return [
     { method: 'POST', path: '/v1/voices/add', name: 'beta.voices.add', scope: 'voice', body: 'stream',
-      bodyLimit: UPLOAD_LIMIT * MAX_SAMPLES + 1024 * 1024,
+      bodyLimit: routeUploadBytes(s.config, 'beta.voices.add') * s.config.voices.maxSamples + 1024 * 1024,
       handler: async (ctx, { stream }) => addVoice(s, ctx, stream!) },
     { method: 'GET', path: '/v1/voices', name: 'beta.voices.list', scope: 'voice',
       handler: async (ctx) => ctx.json(200, { voices: await all(ctx, new URLSearchParams(ctx.query).get('show_legacy') === 'true') }) },

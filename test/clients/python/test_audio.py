@@ -108,3 +108,38 @@ def test_refusals_are_openai_errors_and_bill_nothing(gateway, account, client):
         client.audio.transcriptions.create(model="whisper-1", file=("a.wav", b"not audio at all" * 50, "audio/wav"))
     assert bad.value.code == "invalid_audio"
     assert gateway.balance(account.key) == before
+
+
+def test_a_cloned_voice_speaks_by_its_id_with_the_clone_model_and_is_not_found_for_another_account(gateway, account, client, spec):
+    import struct
+
+    from elevenlabs import ElevenLabs
+
+    def sample(seed: int) -> bytes:
+        data = b"".join(struct.pack("<h", (i * (seed + 7) * 37) % 16000 - 8000) for i in range(1600))
+        return b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16) \
+            + b"data" + struct.pack("<I", len(data)) + data
+
+    el = ElevenLabs(api_key=account.key, base_url=gateway.url + "/beta", timeout=30)
+    voice_id = el.voices.ivc.create(name="Narrator", files=[("a.wav", sample(1), "audio/wav"), ("b.wav", sample(2), "audio/wav")]).voice_id
+    clone_per_char = 30_000  # sim-tts-clone: $30 per million characters
+
+    for voice in ({"id": voice_id}, voice_id):
+        before = gateway.balance(account.key)
+        data = client.audio.speech.create(model="tts-1", voice=voice, input=TEXT, response_format="wav").read()
+        assert wav_ms(data) == chars(TEXT) * 60
+        gateway.assert_debited(account.key, before, chars(TEXT) * clone_per_char)
+
+    # Another account: the voice is not found (404, OpenAI's envelope), and nothing is billed.
+    other = gateway.account("5")
+    other_client = gateway.client(other.key)
+    before = gateway.balance(other.key)
+    for voice in ({"id": voice_id}, voice_id):
+        with pytest.raises(openai.NotFoundError) as nf:
+            other_client.audio.speech.create(model="tts-1", voice=voice, input=TEXT)
+        assert nf.value.code == "voice_not_found" and nf.value.param == "voice"
+        spec.assert_valid("ErrorResponse", nf.value.response.json())
+    with pytest.raises(openai.BadRequestError) as bad:
+        other_client.audio.speech.create(model="tts-1", voice="nobody", input=TEXT)
+    assert bad.value.code == "invalid_value"
+    gateway.assert_not_debited(other.key, before)

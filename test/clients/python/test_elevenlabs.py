@@ -252,3 +252,24 @@ def test_speech_to_text_gives_back_the_spoken_text_billed_by_measured_minutes(el
     with pytest.raises(ApiError) as err:
         el.speech_to_text.convert(model_id="scribe_v1", file=("speech.wav", wav_file, "audio/wav"), diarize=True)
     assert err.value.status_code == 422
+
+
+def test_speech_parameters_the_model_takes_are_honoured_and_others_refused_with_a_422(el, el_spec, gateway, account):
+    # sim-tts takes seed, language_code, previous_text and next_text (its speech_params): the same seed speaks the same audio.
+    text = "Seeded speech."
+    before = gateway.balance(account.key)
+    kw = dict(text=text, model_id="eleven_flash_v2_5", output_format="pcm_24000", seed=4242, language_code="en",
+              previous_text="Before it.", next_text="After it.", optimize_streaming_latency=2, enable_logging=False)
+    first = b"".join(el.text_to_speech.convert(GEORGE, **kw))
+    second = b"".join(el.text_to_speech.stream(GEORGE, **kw))
+    assert first == second and len(first) == round(len(text) * 0.06 * 24000) * 2
+    gateway.assert_debited(account.key, before, 2 * len(text) * TTS_ND_PER_CHAR)
+    # No model here normalizes text: asking for it is refused, not dropped, and nothing is billed.
+    before = gateway.balance(account.key)
+    with pytest.raises(ApiError) as err:
+        b"".join(el.text_to_speech.convert(GEORGE, text=text, apply_text_normalization="on"))
+    assert err.value.status_code == 422
+    el_spec.assert_valid("HTTPValidationError", {"detail": err.value.body["detail"]})
+    assert err.value.body["detail"][0]["loc"] == ["body", "apply_text_normalization"]
+    assert err.value.body["error"]["code"] == "unsupported_parameter"
+    gateway.assert_not_debited(account.key, before)
