@@ -14,6 +14,11 @@ import { measureAudio } from '../../meter/audio.js';
 import { readMultipart, type Multipart } from '../../server/multipart.js';
 import { presetVoice, OPENAI_VOICES } from '../../resolve/voices.js';
 import { CONTENT_TYPES } from '../../audio/index.js';
+import { IDENTITY, SpeechMeter } from '../../meter/synthesis.js';
+import type { Meter } from '../../exchange/meter.js';
+import type { ReplyBody } from '../../exchange/relay-http.js';
+import type { IncomingMessage } from 'node:http';
+import { speechPlan } from './speech-plan.js';
 import { compile, parseJson } from '../validate.js';
 import { alpha } from './family.js';
 
@@ -47,6 +52,8 @@ function oneOf(param: string, value: string | undefined, allowed: readonly strin
 /** Holds exactly the whole input's price, calls the upstream and relays its reply through a WholeInputMeter. */
 async function audioExchange(s: Services, ctx: Ctx, x: {
   model: ModelConfig; path: string; headers: Record<string, string>; body: Buffer; bill: WholeInput; mode: 'buffered' | 'stream'; contentType: string;
+  /** When Tollgate makes the format itself: the meter that encodes, or the conversion of the reply. */
+  meter?: Meter; convert?: (res: IncomingMessage) => ReplyBody;
 }): Promise<void> {
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: x.model, reason: ctx.routeName,
@@ -60,7 +67,7 @@ async function audioExchange(s: Services, ctx: Ctx, x: {
     throw e;
   }
   await relay({
-    down: ctx, charge, call, meter: new WholeInputMeter(x.mode, x.bill, x.contentType), idleMs: s.upstreams.config(x.model.upstream).timeoutMs,
+    down: ctx, charge, call, meter: x.meter ?? new WholeInputMeter(x.mode, x.bill, x.contentType), convert: x.convert, idleMs: s.upstreams.config(x.model.upstream).timeoutMs,
     requestId: ctx.requestId, label: x.model.id, upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
   });
 }
@@ -81,10 +88,18 @@ function speechRoute(s: Services): Route {
         throw invalidValue('voice', `Invalid value for 'voice': '${voiceName.slice(0, 64)}'. Supported voices are: ${OPENAI_VOICES.map((v) => `'${v}'`).join(', ')}.`);
       }
       const format = (req.response_format ?? 'mp3') as typeof SPEECH_FORMATS[number];
-      const out = { ...req, model: model.upstreamModel, voice: voice.upstreamVoice };
+      // The upstream's own format passes through; another is made here from what it makes (docs/upstreams.md).
+      const plan = speechPlan(format, s.upstreams.config(model.upstream).speech, s.ffmpeg, req.stream_format === 'sse');
+      const { stream_format: _audio, ...rest } = req;
+      const out = plan.kind === 'upstream'
+        ? { ...req, model: model.upstreamModel, voice: voice.upstreamVoice }
+        : { ...rest, model: model.upstreamModel, voice: voice.upstreamVoice, response_format: plan.from };
+      const contentType = req.stream_format === 'sse' ? 'text/event-stream' : CONTENT_TYPES[format];
       await audioExchange(s, ctx, {
         model, path: '/v1/audio/speech', headers: ctx.headers, body: Buffer.from(JSON.stringify(out)),
-        bill: { characters }, mode: 'stream', contentType: req.stream_format === 'sse' ? 'text/event-stream' : CONTENT_TYPES[format],
+        bill: { characters }, mode: 'stream', contentType,
+        ...(plan.kind === 'encode' ? { meter: new SpeechMeter({ characters }, plan.encoder(), contentType, {}) } : {}),
+        ...(plan.kind === 'ffmpeg' ? { meter: new SpeechMeter({ characters }, IDENTITY, contentType, {}), convert: (res: IncomingMessage) => plan.convert(res, ctx.requestId) } : {}),
       });
     },
   };
