@@ -21,6 +21,9 @@ export type ModelKind = typeof MODEL_KINDS[number];
 export const SPEECH_PARAMS = ['seed', 'language_code', 'previous_text', 'next_text', 'previous_request_ids', 'next_request_ids',
   'apply_text_normalization', 'apply_language_text_normalization'] as const;
 export type SpeechParam = typeof SPEECH_PARAMS[number];
+/** The `response_format` values of the OpenAI-compatible speech route (docs/upstreams.md). */
+export const SPEECH_FORMATS = ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'] as const;
+export type SpeechFormat = typeof SPEECH_FORMATS[number];
 
 const Upstream = Type.Object({
   base_url: Type.Optional(Type.String({ pattern: '^https?://' })),
@@ -30,6 +33,9 @@ const Upstream = Type.Object({
   responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
   forward_headers: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9-]+\\*?$' }), { description: 'client headers passed on besides content-type and accept (a trailing * matches a prefix)' })),
+  speech_formats: Type.Optional(Type.Array(Type.Union(SPEECH_FORMATS.map((f) => Type.Literal(f))), { minItems: 1, uniqueItems: true,
+    description: 'the response_format values its /v1/audio/speech makes (default: all six); Tollgate makes the others from its pcm or wav' })),
+  speech_pcm_rate: Type.Integer({ minimum: 8000, maximum: 48_000, default: 24_000, description: 'the sample rate of its speech pcm (Hz): 24000 as OpenAI; Piper voices 22050 or 16000' }),
 }, { additionalProperties: false });
 
 const Model = Type.Object({
@@ -133,7 +139,11 @@ export interface UpstreamConfig {
   responsesApi: boolean;
   /** Client headers passed on besides content-type and accept: exact names, and prefixes (ending in `*`). */
   forwardHeaders: { names: string[]; prefixes: string[] };
+  /** What its /v1/audio/speech makes: the formats, and the sample rate of its `pcm`. */
+  speech: SpeechCaps;
 }
+
+export interface SpeechCaps { formats: readonly SpeechFormat[]; pcmRate: number }
 
 export interface Config {
   listen: { host: string; port: number };
@@ -238,6 +248,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       continuousUsage: u.continuous_usage_stats || Boolean(u.sim), responsesApi: u.responses_api,
       // An in-process sim takes its test controls (x-sim-*) unless told otherwise.
       forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
+      speech: { formats: Object.freeze([...(u.speech_formats ?? SPEECH_FORMATS)]), pcmRate: u.speech_pcm_rate },
     });
   }
   const seen = new Set<string>();

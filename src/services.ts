@@ -20,6 +20,8 @@ import { Billing } from './billing/core.js';
 import { BatchWorker } from './jobs/batch-worker.js';
 import { batchEndpoints } from './families/alpha/batches.js';
 import { sweepUploads } from './store/files.js';
+import { findFfmpeg, type Ffmpeg } from './audio/ffmpeg.js';
+import { log } from './observe/log.js';
 
 export interface Services {
   config: Config;
@@ -41,6 +43,8 @@ export interface Services {
   batches: BatchWorker;
   /** The simulated upstreams this process runs for `upstreams.NAME.sim` (test infrastructure). */
   sims: SimHandle[];
+  /** Debian's ffmpeg, found at start-up: converts speech to the formats src/audio cannot make (aac). */
+  ffmpeg: Ffmpeg | undefined;
 }
 
 /** The debit journal of a process without Redis: in the data dir (PGlite's or, with PostgreSQL, its own). */
@@ -81,7 +85,10 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
     cache, limiter, metrics, defaultRpm: c.limits.defaultRpm, defaultConcurrency: c.limits.defaultConcurrency,
     holdTtlMs: maxTimeout + 60_000, openHolds: { count: 0, releasing: new Set() },
   };
-  const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims,
+  const ffmpeg = await findFfmpeg();
+  log('info', ffmpeg ? 'ffmpeg found: speech formats it converts to' : 'ffmpeg not found: speech formats only it makes (aac) are refused with 400',
+    ffmpeg ? { bin: ffmpeg.bin, formats: ffmpeg.formats } : {});
+  const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,
     models: new ModelRegistry(c.models), upstreams: new Upstreams(c.upstreams, simUrls) };
   const s = { ...base, billing: new Billing(base) } as Services;
   s.batches = new BatchWorker(s, batchEndpoints());

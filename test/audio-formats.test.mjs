@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { encodeAudio, audioEncoder, ulaw, ulawDecode, alaw, alawDecode, parseWav, resample } from '../dist/audio/index.js';
+import { encodeAudio, audioEncoder, ulaw, ulawDecode, alaw, alawDecode, parseWav, resample, fromWav, wavHeader } from '../dist/audio/index.js';
 import { startSim } from '../dist/sim/index.js';
 import { measureAudio } from '../dist/meter/audio.js';
 
@@ -70,12 +70,23 @@ test('lossless formats keep every sample: WAV parses back, FLAC decodes to the s
 
 test('a streamed encoder (odd-sized reads) makes the same bytes as a whole-buffer one', () => {
   const pcm = tone(0.5, 24_000);
-  for (const codec of ['pcm', 'wav', 'flac', 'opus', 'aac', 'ulaw', 'alaw']) {
+  // (opus: the same packets, paged as they come: test/audio-opus.test.mjs)
+  for (const codec of ['pcm', 'wav', 'flac', 'aac', 'ulaw', 'alaw']) {
     const e = audioEncoder(codec, { inRate: 24_000, totalSamples: pcm.length / 2 });
     const parts = [];
     for (let i = 0; i < pcm.length; i += 1001) parts.push(e.push(pcm.subarray(i, i + 1001)));
     parts.push(e.end());
     assert.ok(Buffer.concat(parts).equals(encodeAudio(codec, pcm, { inRate: 24_000 })), codec);
+  }
+  // resampling read by read gives the samples of resampling the whole buffer (Piper's 22.05 kHz to each rate)
+  const p22 = tone(0.5, 22_050);
+  for (const to of [8_000, 16_000, 24_000, 44_100, 48_000]) {
+    const e = audioEncoder('pcm', { inRate: 22_050, outRate: to });
+    const parts = [];
+    for (let i = 0; i < p22.length; i += 333) parts.push(e.push(p22.subarray(i, i + 333)));
+    parts.push(e.end());
+    const whole = resample(new Int16Array(p22.buffer, p22.byteOffset, p22.length / 2), 22_050, to);
+    assert.ok(Buffer.concat(parts).equals(Buffer.from(whole.buffer, whole.byteOffset, whole.byteLength)), `22050 → ${to}`);
   }
 });
 
@@ -172,4 +183,23 @@ test('sim speech as SSE: speech.audio.delta events carry the audio, speech.audio
     const bad = await speak(url, { input: 'x', response_format: 'ogg' });
     assert.equal(bad.status, 400);
   });
+});
+
+test('fromWav reads a WAV stream across any read sizes and encodes its samples at the rate its header states', () => {
+  const pcm = tone(0.5, 22_050);
+  const file = Buffer.concat([wavHeader(pcm.length, 22_050), pcm]);
+  const want = encodeAudio('pcm', pcm, { inRate: 22_050, outRate: 16_000 });
+  for (const size of [1, 7, 43, 44, 45, 1001, file.length]) {
+    const e = fromWav((rate) => audioEncoder('pcm', { inRate: rate, outRate: 16_000 }));
+    const parts = [];
+    for (let i = 0; i < file.length; i += size) parts.push(e.push(file.subarray(i, i + size)));
+    parts.push(e.end());
+    assert.ok(Buffer.concat(parts).equals(want), `reads of ${size}`);
+  }
+  // the declared data size is kept: a chunk after the data is not audio
+  const e = fromWav((rate) => audioEncoder('pcm', { inRate: rate }));
+  const out = Buffer.concat([e.push(Buffer.concat([file, Buffer.from('LIST\x04\x00\x00\x00abcd', 'latin1')])), e.end()]);
+  assert.ok(out.equals(pcm));
+  const stereo = wavHeader(4, 22_050, 2);
+  assert.throws(() => fromWav((rate) => audioEncoder('pcm', { inRate: rate })).push(stereo), /2 channel/);
 });

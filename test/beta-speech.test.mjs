@@ -105,7 +105,7 @@ test('with-timestamps gives the audio and an alignment that ends with it; the st
   await assertInvariants(assert, gw, account);
 });
 
-test('a cloned voice speaks with the clone model and its price; opus is refused (no encoder); unknown model_id is 404', async (t) => {
+test('a cloned voice speaks with the clone model and its price; unknown model_id is 404', async (t) => {
   const gw = await startGateway(t, { store: 'postgres' });
   const { key, account } = await gw.account('5');
   const f = new FormData();
@@ -122,13 +122,33 @@ test('a cloned voice speaks with the clone model and its price; opus is refused 
   const stolen = await gw.fetch(`/beta/v1/text-to-speech/${id}?output_format=pcm_24000`, { method: 'POST', headers: xi(other.key, json), body: JSON.stringify({ text: 'Yours?' }) });
   assert.equal(stolen.status, 404, "another account cannot speak with this account's voice");
 
-  const opus = await gw.fetch(`/beta/v1/text-to-speech/${GEORGE}?output_format=opus_48000_64`, { method: 'POST', headers: xi(key, json), body: JSON.stringify({ text: 'Hi' }) });
-  assert.equal(opus.status, 400);
-  assert.equal((await opus.json()).error.param, 'output_format');
   const nomodel = await gw.fetch(`/beta/v1/text-to-speech/${GEORGE}?output_format=pcm_24000`, { method: 'POST', headers: xi(key, json), body: JSON.stringify({ text: 'Hi', model_id: 'eleven_nope' }) });
   assert.equal(nomodel.status, 404);
   assert.equal((await nomodel.json()).detail.status, 'model_not_found');
   assert.equal(await nowNano(gw, key), before - 5n * CLONE_PER_CHAR_ND, 'refusals billed nothing');
+  await assertInvariants(assert, gw, account);
+});
+
+test('opus_48000_* formats are real Ogg Opus of the speech\'s duration at their bit rate, billed by characters', async (t) => {
+  const gw = await startGateway(t);
+  const { key, account } = await gw.account('5');
+  const text = 'The gate is open, and the toll is paid.'; // 39 characters: 2.34 s of sim speech
+  const sizes = [];
+  for (const kbps of [32, 64, 96, 128, 192]) {
+    const before = await nowNano(gw, key);
+    const res = await gw.fetch(`/beta/v1/text-to-speech/${GEORGE}/stream?output_format=opus_48000_${kbps}`, { method: 'POST', headers: xi(key, json), body: JSON.stringify({ text }) });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'audio/ogg');
+    const body = Buffer.from(await res.arrayBuffer());
+    const m = await parseBuffer(body, { mimeType: 'audio/ogg' });
+    assert.deepEqual([m.format.container, m.format.codec], ['Ogg', 'Opus']);
+    assert.ok(Math.abs(m.format.duration - 2.34) < 0.001, `${kbps}: ${m.format.duration} s`);
+    sizes.push(body.length);
+    assert.equal(before - await settled(gw, key, before), 39n * PER_CHAR_ND);
+  }
+  // more bits a second, more bytes: the format's bit rate reaches the encoder (sim's tones are not silence)
+  for (let i = 1; i < sizes.length; i++) assert.ok(sizes[i] > sizes[i - 1] * 1.2, `sizes ${sizes}`);
+  assert.ok(sizes[0] > 2.34 * 32_000 / 8 * 0.5, `32 kbit/s carries sound: ${sizes[0]} bytes`);
   await assertInvariants(assert, gw, account);
 });
 

@@ -1,18 +1,19 @@
 // Audio formats Tollgate and sim make from S16LE mono PCM, each behind one streaming encoder shape.
 //
-// Real codecs: pcm, wav, flac (verbatim), mp3 (lamejs), ulaw, alaw. SILENT streams: opus and aac — valid
-// Ogg Opus / ADTS that decoders accept with the right duration, but no sound (no pure-JS encoder here).
-import { bytes, encodeG711, int16, resample, wavHeader } from './pcm.js';
+// Real codecs: pcm, wav, flac (verbatim), mp3 (lamejs), opus (libopus via opusscript, in Ogg), ulaw, alaw.
+// aac is a SILENT stream (valid ADTS of the right duration, no sound: no AAC encoder in JS here); sim uses
+// it, Tollgate never serves it (it converts to aac with ffmpeg, src/audio-convert).
+import { bytes, encodeG711, int16, StreamResampler, wavHeader } from './pcm.js';
 import { FlacEncoder } from './flac.js';
 import { Mp3Encoder } from './mp3.js';
-import { SilentOpusEncoder } from './ogg.js';
+import { OpusEncoder } from './opus.js';
 import { SilentAacEncoder } from './aac.js';
 
 export * from './pcm.js';
 export { id3v2, vorbisComment } from './tags.js';
 export { FlacEncoder, flacFrame, flacHeader } from './flac.js';
 export { Mp3Encoder } from './mp3.js';
-export { SilentOpusEncoder } from './ogg.js';
+export { OpusEncoder } from './opus.js';
 export { SilentAacEncoder } from './aac.js';
 
 export type Codec = 'pcm' | 'wav' | 'flac' | 'mp3' | 'opus' | 'aac' | 'ulaw' | 'alaw';
@@ -21,18 +22,20 @@ export type Codec = 'pcm' | 'wav' | 'flac' | 'mp3' | 'opus' | 'aac' | 'ulaw' | '
 export interface AudioEncoder {
   push(chunk: Buffer): Buffer;
   end(): Buffer;
+  /** Gives up without finishing (the client left): frees what the encoder holds (opus: WebAssembly memory). */
+  close?(): void;
 }
 
 export interface EncoderOptions {
   /** Rate of the PCM pushed in. */
   inRate: number;
-  /** Rate of the output (default: inRate). Opus is always 48 kHz inside; this is its declared input rate. */
+  /** Rate of the output (default: inRate). Opus decodes at 48 kHz whatever this is; it is the rate its header declares. */
   outRate?: number;
   /** Samples (at inRate) the whole audio will have, when known: WAV and FLAC headers state it; else streamed "unknown length". */
   totalSamples?: number;
   /** Text tags where the container has them (mp3/aac: ID3v2 TXXX; flac/opus: Vorbis comments). */
   tags?: Readonly<Record<string, string>>;
-  /** MP3 bit rate in kbit/s (default 64). */
+  /** MP3 and Opus bit rate in kbit/s (default 64). */
   kbps?: number;
 }
 
@@ -41,53 +44,48 @@ export const CONTENT_TYPES: Readonly<Record<Codec, string>> = {
   pcm: 'audio/pcm', wav: 'audio/wav', flac: 'audio/flac', mp3: 'audio/mpeg', opus: 'audio/ogg', aac: 'audio/aac', ulaw: 'audio/basic', alaw: 'audio/x-alaw-basic',
 };
 
-export function audioEncoder(codec: Codec, o: EncoderOptions): AudioEncoder {
-  const outRate = o.outRate ?? o.inRate;
+/** An encoder of whole samples already at the output rate. */
+interface SampleSink { push(s: Int16Array): Buffer; end(): Buffer; close?(): void }
+
+function sink(codec: Codec, rate: number, total: number | undefined, o: EncoderOptions): SampleSink {
   const tags = o.tags ?? {};
-  let carry: Buffer | undefined;
-  /** Whole samples of this read (an odd byte waits for the next), resampled to outRate. */
-  const samples = (chunk: Buffer): Int16Array => {
-    let buf = carry ? Buffer.concat([carry, chunk]) : chunk;
-    carry = undefined;
-    if (buf.length & 1) { carry = buf.subarray(buf.length - 1); buf = buf.subarray(0, buf.length - 1); }
-    const s = int16(buf);
-    return outRate === o.inRate ? s : resample(s, o.inRate, outRate);
-  };
-  const total = o.totalSamples === undefined ? undefined : Math.floor((o.totalSamples * outRate) / o.inRate);
+  const none = () => Buffer.alloc(0);
   switch (codec) {
-    case 'pcm': return { push: (c) => Buffer.from(bytes(samples(c))), end: () => Buffer.alloc(0) };
-    case 'ulaw': case 'alaw': return { push: (c) => encodeG711(samples(c), codec), end: () => Buffer.alloc(0) };
+    case 'pcm': return { push: (s) => Buffer.from(bytes(s)), end: none };
+    case 'ulaw': case 'alaw': return { push: (s) => encodeG711(s, codec), end: none };
     case 'wav': {
+      // unknown length: the sizes say 0xFFFFFFFF-ish, as streamed WAV does (decoders read to the end)
       let started = false;
-      return {
-        push: (c) => {
-          const body = Buffer.from(bytes(samples(c)));
-          if (started) return body;
-          started = true;
-          // unknown length: the sizes say 0xFFFFFFFF-ish, as streamed WAV does (decoders read to the end)
-          const h = wavHeader(total === undefined ? 0xffffffff - 36 : total * 2, outRate);
-          return Buffer.concat([h, body]);
-        },
-        end: () => (started ? Buffer.alloc(0) : (started = true, wavHeader(0, outRate))),
-      };
+      const head = () => (started ? Buffer.alloc(0) : (started = true, wavHeader(total === undefined ? 0xffffffff - 36 : total * 2, rate)));
+      return { push: (s) => Buffer.concat([head(), Buffer.from(bytes(s))]), end: () => (started ? none() : (started = true, wavHeader(0, rate))) };
     }
-    case 'flac': {
-      const e = new FlacEncoder(outRate, total ?? 0, tags);
-      return { push: (c) => e.push(samples(c)), end: () => e.end() };
-    }
-    case 'mp3': {
-      const e = new Mp3Encoder(outRate, o.kbps ?? 64, tags);
-      return { push: (c) => e.push(samples(c)), end: () => e.end() };
-    }
-    case 'opus': {
-      const e = new SilentOpusEncoder(outRate, tags);
-      return { push: (c) => e.push(samples(c).length), end: () => e.end() };
-    }
+    case 'flac': return new FlacEncoder(rate, total ?? 0, tags);
+    case 'mp3': return new Mp3Encoder(rate, o.kbps ?? 64, tags);
+    case 'opus': return new OpusEncoder(rate, o.kbps ?? 64, tags);
     case 'aac': {
-      const e = new SilentAacEncoder(outRate, tags);
-      return { push: (c) => e.push(samples(c).length), end: () => e.end() };
+      const e = new SilentAacEncoder(rate, tags);
+      return { push: (s) => e.push(s.length), end: () => e.end() };
     }
   }
+}
+
+export function audioEncoder(codec: Codec, o: EncoderOptions): AudioEncoder {
+  const outRate = o.outRate ?? o.inRate;
+  const total = o.totalSamples === undefined ? undefined : Math.floor((o.totalSamples * outRate) / o.inRate);
+  const out = sink(codec, outRate, total, o);
+  const rs = new StreamResampler(o.inRate, outRate);
+  let carry: Buffer | undefined;
+  return {
+    push: (chunk) => {
+      // whole samples only: an odd byte waits for the next read
+      let buf = carry ? Buffer.concat([carry, chunk]) : chunk;
+      carry = undefined;
+      if (buf.length & 1) { carry = Buffer.from(buf.subarray(buf.length - 1)); buf = buf.subarray(0, buf.length - 1); }
+      return out.push(rs.push(int16(buf)));
+    },
+    end: () => Buffer.concat([out.push(rs.end()), out.end()]),
+    close: () => out.close?.(),
+  };
 }
 
 /** Encodes a whole PCM buffer at once. */
@@ -95,3 +93,4 @@ export function encodeAudio(codec: Codec, pcm: Buffer, o: Omit<EncoderOptions, '
   const e = audioEncoder(codec, { ...o, totalSamples: pcm.length >> 1 });
   return Buffer.concat([e.push(pcm), e.end()]);
 }
+export { fromWav } from './wav-stream.js';

@@ -1,6 +1,4 @@
-// Ogg Opus made of SILENT frames: this build has no Opus encoder (none in pure JS that we trust), so the
-// stream is valid (OpusHead, OpusTags, 20 ms CELT frames that decode to silence, exact granule positions)
-// and lasts exactly as long as the audio it stands for, but carries no sound. Tags carry text.
+// The Ogg container (RFC 3533) as Ogg Opus uses it (RFC 7845): CRC'd pages of whole packets, OpusHead and OpusTags.
 import { vorbisComment } from './tags.js';
 
 const CRC = (() => {
@@ -20,13 +18,16 @@ function crc32(buf: Buffer): number {
 }
 
 const SERIAL = 0x546f6c6c; // 'Toll'
-const PRE_SKIP = 312;
-/** A 20 ms CELT fullband mono frame (TOC 0xF8) that decodes to silence. */
-const SILENT_FRAME = Buffer.from([0xf8, 0xff, 0xfe]);
-const FRAME_48K = 960;
-const FRAMES_PER_PAGE = 50;
+/** Lacing values one page holds (RFC 3533: the segment table is at most 255 entries). */
+const MAX_SEGMENTS = 255;
 
-function page(packets: Buffer[], granule: bigint, seq: number, flags: number): Buffer {
+/** Lacing values of one packet: 255 per full segment, then the rest (0 when it is a multiple of 255). */
+function segments(p: Buffer): number {
+  return Math.floor(p.length / 255) + 1;
+}
+
+/** One page of whole packets; `granule` is the position after its last packet. */
+function page(packets: readonly Buffer[], granule: bigint, seq: number, flags: number): Buffer {
   const lacing: number[] = [];
   for (const p of packets) {
     let n = p.length;
@@ -42,44 +43,47 @@ function page(packets: Buffer[], granule: bigint, seq: number, flags: number): B
   return pg;
 }
 
-/**
- * A streaming silent Ogg Opus encoder: `push(ms)` adds audio time; pages of 1 s are written as they
- * fill; `end()` writes the last page with the exact end granule (the decoder trims the last frame).
- */
-export class SilentOpusEncoder {
+/** A packet and the granule position once it is decoded. */
+export interface Packet { data: Buffer; granule: bigint }
+
+/** Writes one logical Ogg stream page by page: the first page opens it (BOS), `last` closes it (EOS). */
+export class OggWriter {
   private seq = 0;
-  private started = false;
-  /** 48 kHz samples the audio has (not rounded to frames). */
-  private samples = 0;
-  private framesWritten = 0;
 
-  constructor(private readonly inputRate: number, private readonly tags: Readonly<Record<string, string>> = {}) {}
-
-  private header(): Buffer {
-    const head = Buffer.alloc(19);
-    head.write('OpusHead', 0, 'latin1'); head[8] = 1; head[9] = 1; head.writeUInt16LE(PRE_SKIP, 10);
-    head.writeUInt32LE(this.inputRate, 12); head.writeInt16LE(0, 16); head[18] = 0;
-    const tags = Buffer.concat([Buffer.from('OpusTags', 'latin1'), vorbisComment('tollgate (silent frames)', this.tags)]);
-    return Buffer.concat([page([head], 0n, this.seq++, 0x02), page([tags], 0n, this.seq++, 0)]);
+  /** A page holding only this packet (the header packets each have their own page). */
+  header(packet: Buffer): Buffer {
+    return page([packet], 0n, this.seq, this.seq++ === 0 ? 0x02 : 0);
   }
 
-  /** Adds `inputSamples` samples at the input rate. */
-  push(inputSamples: number): Buffer {
+  /**
+   * Pages for these packets, as few as the segment limit allows, each with the granule of its last
+   * packet; with `last`, the final page is the end of the stream (it must hold at least one packet).
+   */
+  pages(packets: readonly Packet[], last = false): Buffer {
     const out: Buffer[] = [];
-    if (!this.started) { this.started = true; out.push(this.header()); }
-    this.samples += Math.round((inputSamples * 48_000) / this.inputRate);
-    // a granule position counts every decoded sample, the pre-skip included
-    while ((this.framesWritten + FRAMES_PER_PAGE) * FRAME_48K <= PRE_SKIP + this.samples) {
-      this.framesWritten += FRAMES_PER_PAGE;
-      out.push(page(Array(FRAMES_PER_PAGE).fill(SILENT_FRAME), BigInt(this.framesWritten * FRAME_48K), this.seq++, 0));
+    let from = 0;
+    while (from < packets.length) {
+      let to = from;
+      let segs = 0;
+      while (to < packets.length && segs + segments(packets[to]!.data) <= MAX_SEGMENTS) segs += segments(packets[to++]!.data);
+      if (to === from) to++; // a packet longer than one page (~64 KB) cannot occur here: Opus packets are at most 1,275 bytes per frame
+      const eos = last && to === packets.length;
+      out.push(page(packets.slice(from, to).map((p) => p.data), packets[to - 1]!.granule, this.seq++, eos ? 0x04 : 0));
+      from = to;
     }
     return Buffer.concat(out);
   }
+}
 
-  end(): Buffer {
-    const out = [this.push(0)];
-    const frames = Math.ceil((PRE_SKIP + this.samples) / FRAME_48K) - this.framesWritten;
-    out.push(page(Array(Math.max(frames, 0)).fill(SILENT_FRAME), BigInt(PRE_SKIP + this.samples), this.seq++, 0x04));
-    return Buffer.concat(out);
-  }
+/** RFC 7845 §5.1: version 1, mono, the pre-skip (48 kHz samples the decoder drops), the input's rate, gain 0, mapping family 0. */
+export function opusHead(preSkip: number, inputRate: number): Buffer {
+  const head = Buffer.alloc(19);
+  head.write('OpusHead', 0, 'latin1'); head[8] = 1; head[9] = 1; head.writeUInt16LE(preSkip, 10);
+  head.writeUInt32LE(inputRate, 12); head.writeInt16LE(0, 16); head[18] = 0;
+  return head;
+}
+
+/** RFC 7845 §5.2: the vendor string and the user comments. */
+export function opusTags(vendor: string, tags: Readonly<Record<string, string>>): Buffer {
+  return Buffer.concat([Buffer.from('OpusTags', 'latin1'), vorbisComment(vendor, tags)]);
 }

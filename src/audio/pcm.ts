@@ -32,6 +32,56 @@ export function resample(input: Int16Array, from: number, to: number): Int16Arra
   return out;
 }
 
+/**
+ * `resample` read by read: output sample n sits at input position n·from/to of the whole stream, so
+ * the output is the same sample for sample as resampling the whole input at once, whatever the read
+ * sizes (resampling each read on its own would drop a fraction of a sample per read and click at its edges).
+ */
+export class StreamResampler {
+  /** Input samples not yet passed (from the global index `base` on). */
+  private buf = new Int16Array(0);
+  private base = 0;
+  /** The next output sample's global index. */
+  private n = 0;
+  private received = 0;
+
+  constructor(private readonly from: number, private readonly to: number) {}
+
+  push(input: Int16Array): Int16Array {
+    if (this.from === this.to) return input;
+    this.append(input);
+    // sample n needs the input at floor(x) and floor(x) + 1
+    return this.emit((n) => Math.floor((n * this.from) / this.to) + 1 < this.received);
+  }
+
+  end(): Int16Array {
+    if (this.from === this.to) return new Int16Array(0);
+    const total = Math.floor((this.received * this.to) / this.from);
+    return this.emit((n) => n < total);
+  }
+
+  private append(input: Int16Array): void {
+    const next = new Int16Array(this.buf.length + input.length);
+    next.set(this.buf); next.set(input, this.buf.length);
+    this.buf = next;
+    this.received += input.length;
+  }
+
+  private emit(ready: (n: number) => boolean): Int16Array {
+    const out: number[] = [];
+    for (; ready(this.n); this.n++) {
+      const x = (this.n * this.from) / this.to;
+      const j = Math.floor(x);
+      const a = this.buf[j - this.base] ?? 0;
+      const b = this.buf[j + 1 - this.base] ?? a;
+      out.push(Math.round(a + (b - a) * (x - j)));
+    }
+    const keep = Math.min(Math.floor((this.n * this.from) / this.to), this.received);
+    if (keep > this.base) { this.buf = this.buf.slice(keep - this.base); this.base = keep; }
+    return Int16Array.from(out);
+  }
+}
+
 /** G.711 μ-law of one sample. */
 export function ulaw(sample: number): number {
   const BIAS = 0x84;

@@ -1,5 +1,6 @@
 // One HTTP relay for any metered reply: upstream bytes through the meter to the client, with backpressure, an idle cut and one settle.
 import type { IncomingMessage } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { GatewayError } from '../errors.js';
 import type { UpstreamCall } from '../proxy/upstream.js';
 import { upstreamMalformed } from '../proxy/upstream.js';
@@ -34,7 +35,12 @@ export interface Relay {
   requestId: string;
   /** Named in the log when a stream breaks. */
   label: string;
+  /** Turns a 200 reply's body into what the meter reads (a format conversion); it must end `complete` only when whole. */
+  convert?: (res: IncomingMessage) => ReplyBody;
 }
+
+/** What a relay reads a 200 reply from: the upstream's own message, or a conversion of it. */
+export interface ReplyBody extends Readable { readonly complete: boolean }
 
 /** The largest buffered reply read from an upstream. */
 const MAX_BUFFERED = 64 * 1024 * 1024;
@@ -57,15 +63,16 @@ export async function relay(r: Relay): Promise<void> {
     const head = r.meter.onResponse(res.headers);
     const headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
     res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
-    if (r.meter.mode === 'buffered') await buffered(r, res, started, head.contentType, headers);
-    else await streamed(r, res, started, head.contentType, headers);
+    const body: ReplyBody = r.convert ? r.convert(res) : res;
+    if (r.meter.mode === 'buffered') await buffered(r, body, started, head.contentType, headers);
+    else await streamed(r, body, started, head.contentType, headers);
   } finally {
     // Whatever ended the exchange, a charge still open (an error before its settle) bills nothing.
     if (r.charge.isOpen) await r.charge.release();
   }
 }
 
-async function buffered(r: Relay, res: IncomingMessage, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
+async function buffered(r: Relay, res: ReplyBody, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
   await read(res, r.meter);
   r.down.upstreamNs = process.hrtime.bigint() - started;
   const body = r.meter.onEnd(true);
@@ -74,7 +81,7 @@ async function buffered(r: Relay, res: IncomingMessage, started: bigint, content
 }
 
 /** Feeds a whole reply to the meter (bounded); a reply cut short is malformed. */
-function read(res: IncomingMessage, meter: Meter): Promise<void> {
+function read(res: ReplyBody, meter: Meter): Promise<void> {
   return new Promise((resolve, reject) => {
     let size = 0;
     res.on('data', (chunk: Buffer) => {
@@ -88,7 +95,7 @@ function read(res: IncomingMessage, meter: Meter): Promise<void> {
   });
 }
 
-async function streamed(r: Relay, res: IncomingMessage, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
+async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
   const { down, meter, charge } = r;
   down.begin(200, { 'content-type': contentType, 'cache-control': 'no-cache', ...headers });
   let broken = false;

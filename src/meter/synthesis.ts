@@ -6,6 +6,8 @@ import { usage, type Usage } from '../exchange/usage.js';
 export interface AudioEncoder {
   push(chunk: Buffer): Buffer;
   end(): Buffer;
+  /** Gives up without finishing (the reply broke or the client left): frees what it holds. */
+  close?(): void;
 }
 
 export const IDENTITY: AudioEncoder = { push: (c) => c, end: () => Buffer.alloc(0) };
@@ -38,7 +40,7 @@ export class SpeechMeter implements Meter {
   }
 
   onEnd(complete: boolean): Buffer {
-    if (!complete) return Buffer.alloc(0);
+    if (!complete) { this.encoder.close?.(); return Buffer.alloc(0); }
     const out = this.encoder.end();
     if (out.length > 0) this.produced = true;
     this.done = true;
@@ -97,7 +99,7 @@ export class TimestampsMeter implements Meter {
   }
 
   onEnd(complete: boolean): string {
-    if (!complete) return '';
+    if (!complete) { this.encoder.close?.(); return ''; }
     const tail = this.encoder.end();
     this.done = true;
     this.produced = true;

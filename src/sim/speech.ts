@@ -3,8 +3,9 @@
 //
 // The text rides in the audio so that transcribing it gives it back (docs/upstreams.md, "sim's round trip"):
 // the PCM's least significant bits carry it (pcm, wav, flac keep every bit), and the containers that have tags
-// carry it as a tag too (mp3 and aac: ID3v2 TXXX; flac and opus: a Vorbis comment) — lossy codecs lose LSBs,
-// and sim's opus and aac are silent streams (src/audio has no encoder for them).
+// carry it as a tag too (mp3 and aac: ID3v2 TXXX; flac and opus: a Vorbis comment) — lossy codecs lose LSBs.
+// opus is real (libopus); sim's aac is a silent stream of the right duration (src/audio has no AAC encoder, and
+// sim stays synchronous and free of child processes; docs/upstreams.md).
 import type http from 'node:http';
 import { audioEncoder, CONTENT_TYPES, type Codec } from '../audio/index.js';
 import { SimError, type Faults } from './http.js';

@@ -15,6 +15,11 @@ import { readMultipart, type Multipart } from '../../server/multipart.js';
 import { presetVoice, OPENAI_VOICES } from '../../resolve/voices.js';
 import { voiceOf } from '../../store/voices.js';
 import { CONTENT_TYPES } from '../../audio/index.js';
+import { IDENTITY, SpeechMeter } from '../../meter/synthesis.js';
+import type { Meter } from '../../exchange/meter.js';
+import type { ReplyBody } from '../../exchange/relay-http.js';
+import type { IncomingMessage } from 'node:http';
+import { speechPlan } from './speech-plan.js';
 import { compile, parseJson } from '../validate.js';
 import { alpha } from './family.js';
 
@@ -71,6 +76,8 @@ async function speechVoice(s: Services, accountId: string, voice: string | { id:
 /** Holds exactly the whole input's price, calls the upstream and relays its reply through a WholeInputMeter. */
 async function audioExchange(s: Services, ctx: Ctx, x: {
   model: ModelConfig; path: string; headers: Record<string, string>; body: Buffer; bill: WholeInput; mode: 'buffered' | 'stream'; contentType: string;
+  /** When Tollgate makes the format itself: the meter that encodes, or the conversion of the reply. */
+  meter?: Meter; convert?: (res: IncomingMessage) => ReplyBody;
 }): Promise<void> {
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: x.model, reason: ctx.routeName,
@@ -84,7 +91,7 @@ async function audioExchange(s: Services, ctx: Ctx, x: {
     throw e;
   }
   await relay({
-    down: ctx, charge, call, meter: new WholeInputMeter(x.mode, x.bill, x.contentType), idleMs: s.upstreams.config(x.model.upstream).timeoutMs,
+    down: ctx, charge, call, meter: x.meter ?? new WholeInputMeter(x.mode, x.bill, x.contentType), convert: x.convert, idleMs: s.upstreams.config(x.model.upstream).timeoutMs,
     requestId: ctx.requestId, label: x.model.id, upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
   });
 }
@@ -100,10 +107,18 @@ function speechRoute(s: Services): Route {
       if (characters > MAX_SPEECH_CHARS) throw invalidValue('input', `The input has ${characters} characters; at most ${MAX_SPEECH_CHARS} are spoken in one request.`);
       const { model, upstreamVoice } = await speechVoice(s, ctx.key!.accountId, req.voice, s.models.resolve(req.model, 'tts'));
       const format = (req.response_format ?? 'mp3') as typeof SPEECH_FORMATS[number];
-      const out = { ...req, model: model.upstreamModel, voice: upstreamVoice };
+      // The upstream's own format passes through; another is made here from what it makes (docs/upstreams.md).
+      const plan = speechPlan(format, s.upstreams.config(model.upstream).speech, s.ffmpeg, req.stream_format === 'sse');
+      const { stream_format: _audio, ...rest } = req;
+      const out = plan.kind === 'upstream'
+        ? { ...req, model: model.upstreamModel, voice: upstreamVoice }
+        : { ...rest, model: model.upstreamModel, voice: upstreamVoice, response_format: plan.from };
+      const contentType = req.stream_format === 'sse' ? 'text/event-stream' : CONTENT_TYPES[format];
       await audioExchange(s, ctx, {
         model, path: '/v1/audio/speech', headers: ctx.headers, body: Buffer.from(JSON.stringify(out)),
-        bill: { characters }, mode: 'stream', contentType: req.stream_format === 'sse' ? 'text/event-stream' : CONTENT_TYPES[format],
+        bill: { characters }, mode: 'stream', contentType,
+        ...(plan.kind === 'encode' ? { meter: new SpeechMeter({ characters }, plan.encoder(), contentType, {}) } : {}),
+        ...(plan.kind === 'ffmpeg' ? { meter: new SpeechMeter({ characters }, IDENTITY, contentType, {}), convert: (res: IncomingMessage) => plan.convert(res, ctx.requestId) } : {}),
       });
     },
   };

@@ -1,67 +1,45 @@
-// How each output_format is produced from what the speech contract returns: the upstream is asked for PCM (S16LE mono, 24 kHz, as OpenAI-compatible hosts send it) and Tollgate resamples and encodes with src/audio.
+// How each output_format is produced from what the speech contract returns: the upstream is asked for PCM (or WAV, when it makes no pcm) at its own rate, and Tollgate resamples and encodes with src/audio.
 import { GatewayError } from '../../errors.js';
+import type { SpeechCaps } from '../../config.js';
 import { formatSpec, type OutputFormat } from './schemas.js';
 import { IDENTITY, type AudioEncoder } from '../../meter/synthesis.js';
-import { audioEncoder, bytes, encodeG711, int16, resample } from '../../audio/index.js';
+import { audioEncoder, fromWav, type Codec } from '../../audio/index.js';
 
-/** The rate of the PCM an OpenAI-compatible `/v1/audio/speech` returns for `response_format: pcm`. */
+/** The rate of the PCM an OpenAI-compatible `/v1/audio/speech` returns for `response_format: pcm` (a host's own is in its config). */
 export const UPSTREAM_PCM_RATE = 24_000;
 
-/** 20 ms of 24 kHz samples: every target rate (8, 16, 22.05, 44.1, 48 kHz) maps it to a whole number of samples. */
-const BLOCK_BYTES = 480 * 2;
+/** What the speech contract promises when an upstream's config says nothing (and what the conversion contract always returns). */
+export const CONTRACT_SPEECH: SpeechCaps = { formats: ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'], pcmRate: UPSTREAM_PCM_RATE };
 
 export interface Production {
   /** What the upstream is asked for. */
-  upstreamFormat: 'pcm';
+  upstreamFormat: 'pcm' | 'wav';
+  /** The rate of the upstream's pcm (its audio's duration is the PCM's bytes / 2 / this). */
+  pcmRate: number;
   contentType: string;
   encoder(): AudioEncoder;
 }
 
 /**
- * Resamples whole 20 ms blocks as reads arrive, carrying what is left over (an odd byte, a part
- * block) to the next read, so the output has exactly the samples the whole input would give at the
- * target rate (resampling each read as it comes would drop a fraction of a sample per read).
+ * The plan for one output format on an upstream that makes `caps`: its pcm at its own rate (resampled
+ * to the format's rate, so Piper's 22.05 kHz is not played at 24 kHz), else its WAV (the rate read from
+ * the header); an upstream that makes neither cannot serve the family (400, naming what it makes).
  */
-class Resampled implements AudioEncoder {
-  private rest = Buffer.alloc(0);
-  constructor(private readonly rate: number, private readonly encode: (samples: Int16Array) => Buffer) {}
-
-  push(chunk: Buffer): Buffer {
-    const all = this.rest.length ? Buffer.concat([this.rest, chunk]) : chunk;
-    const whole = all.length - (all.length % BLOCK_BYTES);
-    this.rest = Buffer.from(all.subarray(whole));
-    return whole === 0 ? Buffer.alloc(0) : this.encode(resample(int16(all.subarray(0, whole)), UPSTREAM_PCM_RATE, this.rate));
-  }
-
-  end(): Buffer {
-    const tail = this.rest.subarray(0, this.rest.length - (this.rest.length % 2));
-    this.rest = Buffer.alloc(0);
-    return tail.length === 0 ? Buffer.alloc(0) : this.encode(resample(int16(tail), UPSTREAM_PCM_RATE, this.rate));
-  }
-}
-
-/** The MP3 encoder of src/audio fed PCM already at its rate. */
-function mp3(rate: number, kbps: number): AudioEncoder {
-  const lame = audioEncoder('mp3', { inRate: rate, kbps });
-  const r = new Resampled(rate, (s) => lame.push(Buffer.from(bytes(s))));
-  return { push: (c) => r.push(c), end: () => Buffer.concat([r.end(), lame.end()]) };
-}
-
-export function production(f: OutputFormat): Production {
+export function production(f: OutputFormat, caps: SpeechCaps = CONTRACT_SPEECH): Production {
   const spec = formatSpec(f);
-  const made = (encoder: () => AudioEncoder): Production => ({ upstreamFormat: 'pcm', contentType: spec.contentType, encoder });
-  switch (spec.codec) {
-    case 'pcm':
-      if (spec.sampleRate === UPSTREAM_PCM_RATE) return made(() => IDENTITY);
-      return made(() => new Resampled(spec.sampleRate, (s) => Buffer.from(bytes(s))));
-    case 'ulaw': case 'alaw': {
-      const law = spec.codec;
-      return made(() => new Resampled(spec.sampleRate, (s) => encodeG711(s, law)));
-    }
-    case 'mp3': return made(() => mp3(spec.sampleRate, spec.kbps ?? 128));
-    case 'opus':
-      // No pure-JS Opus encoder exists: src/audio's Ogg Opus is silent, and silence sold as speech would be a lie.
-      throw new GatewayError({ status: 400, code: 'invalid_value', param: 'output_format',
-        message: `output_format ${f} cannot be produced by this gateway (it has no Opus encoder); use an mp3_*, pcm_*, ulaw_8000 or alaw_8000 format.` });
+  const source = caps.formats.includes('pcm') ? 'pcm' : caps.formats.includes('wav') ? 'wav' : undefined;
+  if (!source) {
+    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'output_format',
+      message: `output_format ${f} cannot be produced: the model's host makes only ${caps.formats.join(', ')}, and this gateway makes the family's formats from pcm or wav.` });
   }
+  const codec: Codec = spec.codec;
+  // Opus decodes at 48 kHz whatever it is fed: it is encoded at the upstream's rate (libopus resamples
+  // better than a linear interpolator); the other codecs are written at the format's rate.
+  const make = (rate: number): AudioEncoder => (codec === 'pcm' && spec.sampleRate === rate && source === 'pcm'
+    ? IDENTITY
+    : audioEncoder(codec, { inRate: rate, outRate: codec === 'opus' ? rate : spec.sampleRate, kbps: spec.kbps ?? (codec === 'mp3' ? 128 : 64) }));
+  return {
+    upstreamFormat: source, pcmRate: caps.pcmRate, contentType: spec.contentType,
+    encoder: source === 'pcm' ? () => make(caps.pcmRate) : () => fromWav(make),
+  };
 }

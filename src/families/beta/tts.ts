@@ -10,7 +10,7 @@ import { SpeechMeter, TimestampsMeter } from '../../meter/synthesis.js';
 import { checkTts, outputFormatOf } from './schemas.js';
 import { speechTarget } from './speech-target.js';
 import { speechParams } from './speech-params.js';
-import { production, UPSTREAM_PCM_RATE } from './produce.js';
+import { production } from './produce.js';
 import { MAX_TTS_CHARACTERS } from './views.js';
 import { beta } from './family.js';
 
@@ -36,7 +36,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   const target = await speechTarget(s, ctx.key!.accountId, voiceId, req.model_id, preset);
   // Refused here, before anything is held, when the voice's model cannot honour one.
   const extra = speechParams(s.models.models, target.model, req);
-  const plan = production(format);
+  const plan = production(format, s.upstreams.config(target.model.upstream).speech);
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: target.model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 },
@@ -49,7 +49,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   const headers = { 'request-id': ctx.requestId, 'character-cost': String(characters) };
   const meter = shape === 'audio'
     ? new SpeechMeter({ characters }, plan.encoder(), plan.contentType, headers)
-    : new TimestampsMeter(stream ? 'stream' : 'buffered', req.text, UPSTREAM_PCM_RATE, plan.encoder(), headers);
+    : new TimestampsMeter(stream ? 'stream' : 'buffered', req.text, plan.pcmRate, plan.encoder(), headers);
   let call;
   try {
     call = s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...ctx.headers, 'content-type': 'application/json', accept: '*/*' }, upstreamBody, ctx.requestId);
