@@ -5,6 +5,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { dollarsToNano, type Nanodollars } from './money.js';
 import type { UnitPrices } from './ledger/pricing.js';
+import { SimTranscription, TranscriptionUpstream, simTranscription, transcriptionCaps, type SimTranscriptionOptions, type TranscriptionCaps } from './config-transcription.js';
 
 const Dollars = Type.Union([Type.String({ pattern: '^\\d+(\\.\\d{1,9})?$' }), Type.Number({ minimum: 0 })]);
 const EnvName = Type.String({ pattern: '^[A-Z_][A-Z0-9_]*$', description: 'name of an environment variable' });
@@ -15,12 +16,17 @@ export type ModelKind = typeof MODEL_KINDS[number];
 
 const Upstream = Type.Object({
   base_url: Type.Optional(Type.String({ pattern: '^https?://' })),
-  sim: Type.Optional(Type.Object({ token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
+  sim: Type.Optional(Type.Object({
+    token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })),
+    transcription: Type.Optional(SimTranscription),
+  }, { additionalProperties: false })),
   api_key_env: Type.Optional(EnvName),
   timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
   responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
   forward_headers: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9-]+\\*?$' }), { description: 'client headers passed on besides content-type and accept (a trailing * matches a prefix)' })),
+  // Transcription capabilities (src/config-transcription.ts).
+  transcription: TranscriptionUpstream,
 }, { additionalProperties: false });
 
 const Model = Type.Object({
@@ -109,13 +115,15 @@ export interface ModelConfig {
 export interface UpstreamConfig {
   name: string;
   baseUrl: string | undefined;
-  sim: { tokenDelayMs: number } | undefined;
+  sim: { tokenDelayMs: number; transcription?: SimTranscriptionOptions } | undefined;
   apiKeyEnv: string | undefined;
   timeoutMs: number;
   continuousUsage: boolean;
   responsesApi: boolean;
   /** Client headers passed on besides content-type and accept: exact names, and prefixes (ending in `*`). */
   forwardHeaders: { names: string[]; prefixes: string[] };
+  /** What its transcription routes do (field name, formats, streaming). */
+  transcription: TranscriptionCaps;
 }
 
 export interface Config {
@@ -206,11 +214,12 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     if (!u.base_url === !u.sim) fail(`/upstreams/${name}`, 'set exactly one of base_url or sim');
     if (u.api_key_env && env[u.api_key_env] === undefined) fail(`/upstreams/${name}/api_key_env`, `environment variable ${u.api_key_env} is not set`);
     upstreams.set(name, {
-      name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0 } : undefined,
+      name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0, transcription: simTranscription(u.sim.transcription) } : undefined,
       apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
       continuousUsage: u.continuous_usage_stats || Boolean(u.sim), responsesApi: u.responses_api,
       // An in-process sim takes its test controls (x-sim-*) unless told otherwise.
       forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
+      transcription: transcriptionCaps(u.transcription),
     });
   }
   const seen = new Set<string>();
