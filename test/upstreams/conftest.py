@@ -78,10 +78,14 @@ def llama_gateway(llama: Server) -> Iterator[UpstreamGateway]:
     if llama.unavailable:
         pytest.fail(llama.unavailable)
     gw = UpstreamGateway(
-        {"llama": {"base_url": llama.url, "timeout_ms": 30000}},
+        {"llama": {"base_url": llama.url, "timeout_ms": 30000, "prompt_progress": True}},
         [
             {"id": "tiny-llama", "upstream": "llama", "upstream_model": "tiny-llama.gguf", "kind": "chat",
              "input_per_mtok": "0.30", "output_per_mtok": "2.50", "max_output_tokens": MAX_OUTPUT},
+            # Priced so a bill shows its prompt count: $1 per 1M input tokens is 1,000 nanodollars a token, and
+            # up to 1,000 output tokens add exactly 1 nanodollar (rounded up).
+            {"id": "tiny-llama-prompt", "upstream": "llama", "upstream_model": "tiny-llama.gguf", "kind": "chat",
+             "input_per_mtok": "1", "output_per_mtok": "0.000001", "max_output_tokens": MAX_OUTPUT},
             {"id": "tiny-embed", "upstream": "llama", "upstream_model": "tiny-llama.gguf", "kind": "embedding",
              "input_per_mtok": "0.02", "max_output_tokens": 1},
         ],
