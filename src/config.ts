@@ -5,6 +5,7 @@ import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { dollarsToNano, type Nanodollars } from './money.js';
 import type { UnitPrices } from './ledger/pricing.js';
+import { SimTranscription, TranscriptionUpstream, simTranscription, transcriptionCaps, type SimTranscriptionOptions, type TranscriptionCaps } from './config-transcription.js';
 
 const Dollars = Type.Union([Type.String({ pattern: '^\\d+(\\.\\d{1,9})?$' }), Type.Number({ minimum: 0 })]);
 const EnvName = Type.String({ pattern: '^[A-Z_][A-Z0-9_]*$', description: 'name of an environment variable' });
@@ -27,15 +28,21 @@ export type SpeechFormat = typeof SPEECH_FORMATS[number];
 
 const Upstream = Type.Object({
   base_url: Type.Optional(Type.String({ pattern: '^https?://' })),
-  sim: Type.Optional(Type.Object({ token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false })),
+  sim: Type.Optional(Type.Object({
+    token_delay_ms: Type.Optional(Type.Integer({ minimum: 0 })),
+    transcription: Type.Optional(SimTranscription),
+  }, { additionalProperties: false })),
   api_key_env: Type.Optional(EnvName),
   timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
   responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
+  prompt_progress: Type.Boolean({ default: false, description: 'the upstream streams prompt progress on request (llama.cpp return_progress): a stream cut before its usage is billed its prompt count' }),
   forward_headers: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9-]+\\*?$' }), { description: 'client headers passed on besides content-type and accept (a trailing * matches a prefix)' })),
   speech_formats: Type.Optional(Type.Array(Type.Union(SPEECH_FORMATS.map((f) => Type.Literal(f))), { minItems: 1, uniqueItems: true,
     description: 'the response_format values its /v1/audio/speech makes (default: all six); Tollgate makes the others from its pcm or wav' })),
   speech_pcm_rate: Type.Integer({ minimum: 8000, maximum: 48_000, default: 24_000, description: 'the sample rate of its speech pcm (Hz): 24000 as OpenAI; Piper voices 22050 or 16000' }),
+  // Transcription capabilities (src/config-transcription.ts).
+  transcription: TranscriptionUpstream,
 }, { additionalProperties: false });
 
 const Model = Type.Object({
@@ -132,15 +139,19 @@ export interface ModelConfig {
 export interface UpstreamConfig {
   name: string;
   baseUrl: string | undefined;
-  sim: { tokenDelayMs: number } | undefined;
+  sim: { tokenDelayMs: number; transcription?: SimTranscriptionOptions } | undefined;
   apiKeyEnv: string | undefined;
   timeoutMs: number;
   continuousUsage: boolean;
+  /** Streams are asked for llama.cpp's `prompt_progress` reports, whose `total` is the prompt's token count. */
+  promptProgress: boolean;
   responsesApi: boolean;
   /** Client headers passed on besides content-type and accept: exact names, and prefixes (ending in `*`). */
   forwardHeaders: { names: string[]; prefixes: string[] };
   /** What its /v1/audio/speech makes: the formats, and the sample rate of its `pcm`. */
   speech: SpeechCaps;
+  /** What its transcription routes do (field name, formats, streaming). */
+  transcription: TranscriptionCaps;
 }
 
 export interface SpeechCaps { formats: readonly SpeechFormat[]; pcmRate: number }
@@ -243,12 +254,13 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     if (!u.base_url === !u.sim) fail(`/upstreams/${name}`, 'set exactly one of base_url or sim');
     if (u.api_key_env && env[u.api_key_env] === undefined) fail(`/upstreams/${name}/api_key_env`, `environment variable ${u.api_key_env} is not set`);
     upstreams.set(name, {
-      name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0 } : undefined,
+      name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0, transcription: simTranscription(u.sim.transcription) } : undefined,
       apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
-      continuousUsage: u.continuous_usage_stats || Boolean(u.sim), responsesApi: u.responses_api,
+      continuousUsage: u.continuous_usage_stats || Boolean(u.sim), promptProgress: u.prompt_progress, responsesApi: u.responses_api,
       // An in-process sim takes its test controls (x-sim-*) unless told otherwise.
       forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
       speech: { formats: Object.freeze([...(u.speech_formats ?? SPEECH_FORMATS)]), pcmRate: u.speech_pcm_rate },
+      transcription: transcriptionCaps(u.transcription),
     });
   }
   const seen = new Set<string>();

@@ -9,6 +9,7 @@ import { modelRoutes } from './families/alpha/models.js';
 import { completionRoutes } from './families/alpha/completions.js';
 import { responsesRoutes } from './families/alpha/responses.js';
 import { audioRoutes } from './families/alpha/audio.js';
+import { transcriptRoutes } from './families/alpha/transcripts.js';
 import { fileRoutes } from './families/alpha/files.js';
 import { batchRoutes } from './families/alpha/batches.js';
 import { voiceRoutes } from './families/beta/voices.js';
@@ -34,7 +35,7 @@ export function mounts(s: Services): Mount[] {
   ];
   const measure = async (data: Buffer, mimeType: string, filename: string, param: string): Promise<number> => (await measureAudio(data, { mimeType, filename, param })).durationMs;
   return [
-    { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s), ...audioRoutes(s), ...fileRoutes(s), ...batchRoutes(s),
+    { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s), ...audioRoutes(s), ...transcriptRoutes(s), ...fileRoutes(s), ...batchRoutes(s),
       ...realtimeSecretRoutes(s, secrets)], sockets: [realtimeRoute(s, (presented) => secrets.grant(presented))] },
     { family: beta, routes: [...voiceRoutes(s), ...ttsRoutes(s, betaPreset), ...sttRoutes(s, measure), ...stsRoutes(s, measure, betaPreset), ...betaAccountRoutes(s)], sockets: [streamInputRoute(s)] },
     { family: svc, routes: [...keyRoutes(s), ...billingRoutes(s)] },

@@ -76,7 +76,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   const simUrls = new Map<string, string>();
   for (const [name, u] of c.upstreams) {
     if (!u.sim) continue;
-    const sim = await startSim({ host: '127.0.0.1', port: 0, tokenDelayMs: u.sim.tokenDelayMs });
+    const sim = await startSim({ host: '127.0.0.1', port: 0, tokenDelayMs: u.sim.tokenDelayMs, transcription: u.sim.transcription });
     sims.push(sim);
     simUrls.set(name, sim.url);
   }

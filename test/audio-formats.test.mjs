@@ -152,7 +152,7 @@ test('sim transcription formats: verbose_json words and segments follow the audi
     assert.equal(v.words.at(-1).end, 1.68);
     assert.deepEqual(v.segments.map((s) => [s.text, s.start, s.end]), [[' Hello from sim.', 0, 0.9], [' Ünïcode too!', 0.96, 1.68]]);
     assert.equal((await transcribe(url, audio, 'a.wav', { response_format: 'text' })).text, `${TEXT}\n`);
-    assert.equal((await transcribe(url, audio, 'a.wav', { response_format: 'srt' })).text, '1\n00:00:00,000 --> 00:00:00,900\nHello from sim.\n\n2\n00:00:00,960 --> 00:00:01,680\nÜnïcode too!\n');
+    assert.equal((await transcribe(url, audio, 'a.wav', { response_format: 'srt' })).text, '1\n00:00:00,000 --> 00:00:00,900\nHello from sim.\n\n2\n00:00:00,960 --> 00:00:01,680\nÜnïcode too!\n\n');
     assert.match((await transcribe(url, audio, 'a.wav', { response_format: 'vtt' })).text, /^WEBVTT\n\n00:00:00\.000 --> 00:00:00\.900\nHello from sim\.\n/);
     const tr = JSON.parse((await transcribe(url, audio, 'a.wav', { response_format: 'verbose_json' }, '/v1/audio/translations')).text);
     assert.equal(tr.task, 'translate');

@@ -123,6 +123,27 @@ test('llama.cpp: n=2 reports each choice\'s usage on its own; the stream\'s usag
   assert.equal(run(text, { runningUsage: true }, 100_000).m.usage().outputTokens, 3);
 });
 
+test('llama.cpp prompt progress: a stream cut before its usage is billed the prompt llama.cpp counted; the progress chunks go only to a client that asked', () => {
+  const progress = (index, total, processed) => `data: {"choices":[{"finish_reason":null,"index":${index},"delta":{"role":"assistant","content":null}}],"object":"chat.completion.chunk","prompt_progress":{"total":${total},"cache":0,"processed":${processed},"time_ms":0}}\n\n`;
+  const body = progress(0, 35, 0) + progress(0, 35, 35) + chunk({ role: 'assistant', content: null }) + chunk({ content: 'a' }) + chunk({ content: 'b' });
+  for (const cut of [1, 9, 100_000]) {
+    // Cut before the usage: Tollgate's own estimate (7) would be below llama.cpp's 35.
+    const { m, out } = run(body, { promptProgress: 'strip', promptTokens: () => 7 }, cut);
+    assert.ok(!out.includes('prompt_progress'), out);
+    assert.equal(out, chunk({ role: 'assistant', content: null }) + chunk({ content: 'a' }) + chunk({ content: 'b' }));
+    assert.deepEqual({ ...m.usage() }, { inputTokens: 35, outputTokens: 2, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'partial' });
+  }
+  // The client asked for return_progress itself: it gets the chunks; two tasks (n=2) each count their prompt.
+  const two = body + progress(1, 35, 35);
+  const kept = run(two, { promptProgress: 'keep', promptTokens: () => 7 }, 100_000);
+  assert.equal(kept.out, two);
+  assert.equal(kept.m.usage().inputTokens, 70);
+  // Without the option a prompt_progress field is nobody's business: the estimate, and the chunks pass as they came.
+  const off = run(body, { promptTokens: () => 7 }, 100_000);
+  assert.equal(off.out, body);
+  assert.equal(off.m.usage().inputTokens, 7);
+});
+
 test('whole unchanged events are forwarded as the very bytes that came in', () => {
   const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false });
   const b = Buffer.from(chunk({ content: 'x' }) + chunk({ content: 'y' }));

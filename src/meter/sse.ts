@@ -26,6 +26,11 @@ export interface SseMeterOptions {
   promptTokens?: () => number;
   /** The model id replies name (Tollgate's, not the upstream's): each chunk's `model` is set to it, its other bytes kept. */
   model?: string;
+  /**
+   * llama.cpp's `prompt_progress` chunks (asked for with `return_progress`): their `total` is a task's prompt
+   * token count, known before any output. `strip`: Tollgate asked, the chunks are dropped; `keep`: the client asked.
+   */
+  promptProgress?: 'strip' | 'keep';
 }
 
 /**
@@ -63,6 +68,8 @@ export class SseMeter implements Meter {
   final = false;
   /** Usage reports seen (each one task's whole usage, unless the upstream reports running usage). */
   private reports = 0;
+  /** Each task's prompt tokens from its `prompt_progress` report, by choice index. */
+  private readonly progress = new Map<number, number>();
   /** The stream reached `[DONE]`. */
   done = false;
   /** Chunks that carried generated text/arguments, per choice: the fallback count of produced tokens. */
@@ -108,7 +115,14 @@ export class SseMeter implements Meter {
   usage(): Usage {
     // Whole-task reports are final once the stream has ended with [DONE]: no task is left to report.
     const final = this.final || (!this.opts.runningUsage && this.reports > 0 && this.done);
-    return streamUsage(this.reported, final, this.done, this.producedTokens(), this.opts.promptTokens ?? (() => 0));
+    return streamUsage(this.reported, final, this.done, this.producedTokens(), () => this.progressPrompt() || (this.opts.promptTokens?.() ?? 0));
+  }
+
+  /** The prompt tokens the upstream reported in progress (every task's), 0 before any report. */
+  progressPrompt(): number {
+    let n = 0;
+    for (const v of this.progress.values()) n += v;
+    return n;
   }
 
   /** Tokens produced so far: reported running usage if any, else the counted deltas. */
@@ -128,7 +142,8 @@ export class SseMeter implements Meter {
     }
     // The common chunk: one line, one choice (one finish_reason key), no usage.
     if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1
-      && keyCount(raw, '"finish_reason"', from, to) === 1 && !hasUsage(raw, from, to)) {
+      && keyCount(raw, '"finish_reason"', from, to) === 1 && !hasUsage(raw, from, to)
+      && !(this.opts.promptProgress && keyCount(raw, '"prompt_progress"', from, to) > 0)) {
       if (hasOutput(raw, from, to)) this.deltas++;
       return this.named(raw, from, to);
     }
@@ -152,6 +167,13 @@ export class SseMeter implements Meter {
       this.reports++;
     }
     const choices = obj.choices as Record<string, unknown>[] | undefined;
+    const pp = this.opts.promptProgress ? obj.prompt_progress as { total?: unknown } | undefined : undefined;
+    if (pp && typeof pp === 'object') {
+      const index = Array.isArray(choices) && typeof choices[0]?.index === 'number' ? choices[0].index : 0;
+      this.progress.set(index, Math.max(this.progress.get(index) ?? 0, num(pp.total)));
+      // A progress chunk carries no output (an empty delta): dropped when only Tollgate asked for it.
+      if (this.opts.promptProgress === 'strip') return '';
+    }
     const translated = this.opts.translate?.chunk(obj);
     if (Array.isArray(choices) && choices.length === 0 && usage) {
       this.final = true;

@@ -9,9 +9,11 @@ export class TranscriptMeter implements Meter {
   done = false;
   private readonly parts: Buffer[] = [];
 
-  constructor(private readonly audioInMs: number, private readonly reshape: (json: Record<string, unknown>) => string) {}
+  /** `contentType`: what `reshape` makes (the family's JSON by default; a subtitle format, an event stream). */
+  constructor(private readonly audioInMs: number, private readonly reshape: (json: Record<string, unknown>) => string,
+    private readonly contentType = 'application/json') {}
 
-  onResponse(): { contentType: string } { return { contentType: 'application/json' }; }
+  onResponse(): { contentType: string } { return { contentType: this.contentType }; }
 
   onData(chunk: Buffer): string { this.parts.push(chunk); return ''; }
 

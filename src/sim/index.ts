@@ -10,11 +10,16 @@ import { voiceConversion } from './conversion.js';
 import { OPENAI_VOICES } from '../resolve/voices.js';
 import { speech } from './speech.js';
 import { transcribe } from './transcribe.js';
+import type { SimTranscriptionOptions } from '../config-transcription.js';
 
 export { countTokens } from './tokens.js';
 
 export interface SimModel { id: string; kind: 'chat' | 'embedding'; reasoning?: boolean; dimensions?: number }
-export interface SimOptions { host?: string; port?: number; tokenDelayMs?: number; models?: SimModel[] }
+export interface SimOptions {
+  host?: string; port?: number; tokenDelayMs?: number; models?: SimModel[];
+  /** The transcriber acting like an upstream with less: another model field, fewer formats, no streaming, no word times. */
+  transcription?: SimTranscriptionOptions;
+}
 export interface SimHandle { url: string; port: number; stats(): SimStats; close(): Promise<void> }
 export interface SimStats { requests: number; activeStreams: number; abortedStreams: number; completedStreams: number }
 
@@ -119,7 +124,7 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
     if (req.method === 'POST' && (path === '/v1/audio/transcriptions' || path === '/v1/audio/translations')) {
       const fail = numberHeader(req, 'x-sim-fail-status');
       if (fail !== null && fail >= 400 && fail <= 599) { req.resume(); sendError(res, Math.floor(fail), `Simulated failure (x-sim-fail-status: ${Math.floor(fail)}).`); return; }
-      transcribe(req, res, path.endsWith('translations') ? 'translate' : 'transcribe').catch((e: unknown) => {
+      transcribe(req, res, path.endsWith('translations') ? 'translate' : 'transcribe', opts.transcription ?? {}).catch((e: unknown) => {
         if (!res.headersSent) sendError(res, 500, `The simulated upstream failed: ${(e as Error).message}`); else res.destroy();
       });
       return;

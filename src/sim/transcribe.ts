@@ -6,6 +6,7 @@ import { parseBuffer } from 'music-metadata';
 import { int16, parseWav } from '../audio/pcm.js';
 import { extractText, SIM_TEXT_TAG } from './speech.js';
 import { sendError } from './http.js';
+import type { SimTranscriptionOptions } from '../config-transcription.js';
 
 interface Form { fields: Map<string, string[]>; file: Buffer | null }
 
@@ -101,14 +102,20 @@ function clock(secs: number, sep: string): string {
 
 const FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
 
-export async function transcribe(req: http.IncomingMessage, res: http.ServerResponse, task: 'transcribe' | 'translate'): Promise<void> {
+/**
+ * `like` makes sim act like an upstream with less (faster-whisper-server 0.0.3: the model in `model_name`, json
+ * and verbose_json only, no streaming, segments without word times): what it lacks is refused or ignored as there.
+ */
+export async function transcribe(req: http.IncomingMessage, res: http.ServerResponse, task: 'transcribe' | 'translate', like: SimTranscriptionOptions = {}): Promise<void> {
   let form: Form;
   try { form = await readForm(req); } catch { sendError(res, 400, 'The multipart body could not be read.'); return; }
   const field = (n: string) => form.fields.get(n)?.[0];
   if (!form.file || form.file.length === 0) { sendError(res, 400, "'file' is required.", 'file'); return; }
-  if (!field('model')) { sendError(res, 400, "'model' is required.", 'model'); return; }
+  const modelField = like.modelField ?? 'model';
+  if (!field(modelField)) { sendError(res, 400, `'${modelField}' is required.`, modelField); return; }
   const format = field('response_format') ?? 'json';
-  if (!FORMATS.includes(format)) { sendError(res, 400, `response_format must be one of ${FORMATS.join(', ')}.`, 'response_format'); return; }
+  const formats: readonly string[] = like.formats ?? FORMATS;
+  if (!formats.includes(format)) { sendError(res, 400, `Unsupported response_format: ${format}`, 'response_format'); return; }
   const heard = await hear(form.file);
   if (!heard) { sendError(res, 400, 'The audio file could not be decoded or its format is not supported.', 'file'); return; }
   const { text, durationSecs } = heard;
@@ -116,7 +123,7 @@ export async function transcribe(req: http.IncomingMessage, res: http.ServerResp
   const { words, segments } = timings(text, durationSecs);
   const seconds = round(durationSecs);
 
-  if (task === 'transcribe' && field('stream') === 'true' && format !== 'verbose_json' && format !== 'srt' && format !== 'vtt') {
+  if (task === 'transcribe' && like.stream !== false && field('stream') === 'true' && format !== 'verbose_json' && format !== 'srt' && format !== 'vtt') {
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     words.forEach((w, k) => res.write(`data: ${JSON.stringify({ type: 'transcript.text.delta', delta: (k > 0 ? ' ' : '') + w.word })}\n\n`));
     const tokens = Math.ceil([...text].length / 4);
@@ -124,16 +131,18 @@ export async function transcribe(req: http.IncomingMessage, res: http.ServerResp
     return;
   }
   const grains = form.fields.get('timestamp_granularities[]') ?? form.fields.get('timestamp_granularities') ?? ['segment'];
+  // Whisper's subtitle writers never let a cue's text hold the `-->` that ends a timing line.
+  const cue = (t: string) => t.replace(/-->/g, '->');
   const segs = segments.map((s, id) => ({ id, seek: 0, start: s.start, end: s.end, text: ` ${s.text}`, tokens: [], temperature: 0, avg_logprob: -0.1, compression_ratio: 1, no_speech_prob: 0 }));
   switch (format) {
     case 'text': res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' }).end(`${text}\n`); return;
     case 'srt': res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8' })
-      .end(segments.map((s, k) => `${k + 1}\n${clock(s.start, ',')} --> ${clock(s.end, ',')}\n${s.text}\n`).join('\n')); return;
+      .end(segments.map((s, k) => `${k + 1}\n${clock(s.start, ',')} --> ${clock(s.end, ',')}\n${cue(s.text)}\n\n`).join('')); return;
     case 'vtt': res.writeHead(200, { 'content-type': 'text/vtt; charset=utf-8' })
-      .end(`WEBVTT\n\n${segments.map((s) => `${clock(s.start, '.')} --> ${clock(s.end, '.')}\n${s.text}\n`).join('\n')}`); return;
+      .end(`WEBVTT\n\n${segments.map((s) => `${clock(s.start, '.')} --> ${clock(s.end, '.')}\n${cue(s.text)}\n\n`).join('')}`); return;
     case 'verbose_json': {
       const body: Record<string, unknown> = { task, language: LANGUAGES[lang] ?? lang, duration: seconds, text };
-      if (grains.includes('word')) body.words = words;
+      if (grains.includes('word') && like.words !== false) body.words = words;
       if (grains.includes('segment') || task === 'translate') body.segments = segs;
       if (task === 'transcribe') body.usage = { type: 'duration', seconds: Math.ceil(durationSecs) };
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body)); return;

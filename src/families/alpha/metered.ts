@@ -59,11 +59,12 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens, model);
   else {
     meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: up.continuousUsage && !x.upstreamBody, runningUsage: up.continuousUsage,
-      translate: x.reshape?.stream(), promptTokens: x.promptTokens, model });
+      translate: x.reshape?.stream(), promptTokens: x.promptTokens, model,
+      promptProgress: !up.promptProgress || x.upstreamBody ? undefined : x.parsed.return_progress === true ? 'keep' : 'strip' });
   }
   let call;
   try {
-    call = s.upstreams.call(x.model.upstream, 'POST', x.upstreamPath, ctx.headers, x.upstreamBody ?? rewrite(x, stream, clientWantsUsage, up.continuousUsage), ctx.requestId);
+    call = s.upstreams.call(x.model.upstream, 'POST', x.upstreamPath, ctx.headers, x.upstreamBody ?? rewrite(x, stream, clientWantsUsage, up), ctx.requestId);
   } catch (e) {
     await charge.release();
     throw e;
@@ -75,13 +76,17 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   });
 }
 
-/** Rewrites only when something must change: the upstream's model name, or the usage we must ask for. */
-function rewrite(x: TextExchange, stream: boolean, clientWantsUsage: boolean, continuous: boolean): Buffer {
+/** Rewrites only when something must change: the upstream's model name, or the usage (and prompt progress) we must ask for. */
+function rewrite(x: TextExchange, stream: boolean, clientWantsUsage: boolean, up: { continuousUsage: boolean; promptProgress: boolean }): Buffer {
+  const continuous = up.continuousUsage;
   const renameModel = x.parsed.model !== x.model.upstreamModel;
   const addUsage = stream && !x.responsesUpstream && (!clientWantsUsage || continuous);
-  if (!renameModel && !addUsage) return x.body;
+  // llama.cpp's prompt count, before any output: what a stream cut before its usage is billed for its prompt.
+  const addProgress = stream && !x.responsesUpstream && up.promptProgress && x.parsed.return_progress !== true;
+  if (!renameModel && !addUsage && !addProgress) return x.body;
   const out = { ...x.parsed };
   if (renameModel) out.model = x.model.upstreamModel;
+  if (addProgress) out.return_progress = true;
   if (addUsage) {
     out.stream_options = { ...((x.parsed.stream_options as object | null) ?? {}), include_usage: true, ...(continuous ? { continuous_usage_stats: true } : {}) };
   }

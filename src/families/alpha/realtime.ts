@@ -638,8 +638,10 @@ class Realtime implements SessionHandler {
     }
     const seq = ++this.seq;
     const t = ((this.session.audio as { input: Obj }).input.transcription as Obj | null) ?? {};
+    // The model under the upstream's own field name; json, or verbose_json where the upstream lacks it (both carry `text`).
+    const caps = this.s.upstreams.config(stt.upstream).transcription;
     const form = buildForm([
-      { name: 'model', value: stt.upstreamModel }, { name: 'response_format', value: 'json' },
+      { name: caps.modelField, value: stt.upstreamModel }, { name: 'response_format', value: caps.formats.includes('json') ? 'json' : 'verbose_json' },
       ...(typeof t.language === 'string' ? [{ name: 'language', value: t.language }] : []),
       ...(typeof t.prompt === 'string' ? [{ name: 'prompt', value: t.prompt }] : []),
       { name: 'file', filename: 'turn.wav', contentType: 'audio/wav', data: wav(pcm, RATE) },

@@ -63,6 +63,12 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
     throw field422('file_format', 'file_format must be pcm_s16le_16 or other.');
   }
   const model = s.models.resolve(modelId, 'stt');
+  // Word times come from verbose_json (words, else segments); an upstream without it is asked for json, its words then spread evenly.
+  const caps = s.upstreams.config(model.upstream).transcription;
+  const verbose = caps.formats.includes('verbose_json');
+  if (!verbose && !caps.formats.includes('json')) {
+    throw field422('model_id', `The model '${model.id}' cannot answer here: its host answers neither json nor verbose_json transcriptions.`);
+  }
   const rawPcm = fileFormat === 'pcm_s16le_16';
   // Raw 16 kHz 16-bit mono PCM has no container to read: its length is its duration.
   const audioMs = rawPcm ? pcmDurationMs(file.data.length, 16_000) : await measure(file.data, file.mimeType, file.filename, 'file');
@@ -73,10 +79,10 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
   });
   const parts: FormPart[] = [
     { name: 'file', filename: file.filename || 'audio', contentType: file.mimeType || 'application/octet-stream', data: file.data },
-    { name: 'model', value: model.upstreamModel },
-    { name: 'response_format', value: 'verbose_json' },
-    { name: 'timestamp_granularities[]', value: 'word' },
+    { name: caps.modelField, value: model.upstreamModel },
+    { name: 'response_format', value: verbose ? 'verbose_json' : 'json' },
   ];
+  if (verbose) parts.push({ name: 'timestamp_granularities[]', value: 'word' }, { name: 'timestamp_granularities[]', value: 'segment' });
   if (language) parts.push({ name: 'language', value: language });
   if (temperature !== undefined && temperature !== '') parts.push({ name: 'temperature', value: temperature });
   const up = buildForm(parts);

@@ -15,7 +15,17 @@ interface Timed { text: string; start: number; end: number }
 function num(v: unknown): number | null { return typeof v === 'number' && Number.isFinite(v) ? v : null; }
 function ms(x: number): number { return Math.round(x * 1000) / 1000; }
 
-/** The upstream's word times; without them, the text's words spread evenly over the measured duration. */
+/** Words spread evenly over [start, end] (a segment's, or the whole audio's). */
+function spread(text: string, start: number, end: number): Timed[] {
+  const plain = text.split(/\s+/).filter(Boolean);
+  const step = plain.length ? (end - start) / plain.length : 0;
+  return plain.map((t, i) => ({ text: t, start: start + i * step, end: start + (i + 1) * step }));
+}
+
+/**
+ * The upstream's word times; without them (faster-whisper-server answers segments only), each segment's words
+ * spread evenly over the segment's time (within the measured duration); without segments either, the text's words over the measured duration.
+ */
 function timedWords(json: Obj, text: string, durationSecs: number): Timed[] {
   const words = Array.isArray(json.words) ? (json.words as Obj[]) : [];
   const timed = words.flatMap((w) => {
@@ -25,9 +35,17 @@ function timedWords(json: Obj, text: string, durationSecs: number): Timed[] {
     return t && start !== null && end !== null ? [{ text: t, start, end }] : [];
   });
   if (timed.length > 0) return timed;
-  const plain = text.split(/\s+/).filter(Boolean);
-  const step = plain.length ? durationSecs / plain.length : 0;
-  return plain.map((t, i) => ({ text: t, start: i * step, end: (i + 1) * step }));
+  const segments = Array.isArray(json.segments) ? (json.segments as Obj[]) : [];
+  const bySegment = segments.flatMap((sg) => {
+    const start = num(sg?.start);
+    const end = num(sg?.end);
+    if (typeof sg?.text !== 'string' || start === null || end === null) return [];
+    // Whisper's segment times are cut at 20 ms steps and can run past the audio: no word ends after the audio does.
+    const to = Math.min(Math.max(start, end), durationSecs);
+    return spread(sg.text, Math.min(start, to), to);
+  });
+  if (bySegment.length > 0) return bySegment;
+  return spread(text, 0, durationSecs);
 }
 
 function characters(w: Timed): Obj[] {
