@@ -91,6 +91,15 @@ export async function keyOfFrame(s: Services, m: Record<string, unknown>): Promi
   return key;
 }
 
+/** What only a first frame carries and Tollgate cannot honour: refused, never dropped (no upstream of the contract takes pronunciation dictionaries). */
+export function checkFirstFrame(m: Record<string, unknown>): void {
+  const dicts = m.pronunciation_dictionary_locators;
+  if (Array.isArray(dicts) && dicts.length > 0) {
+    throw new GatewayError({ status: 422, code: 'unsupported_parameter', param: 'pronunciation_dictionary_locators',
+      message: 'pronunciation_dictionary_locators are not supported: this gateway has no pronunciation dictionaries.' });
+  }
+}
+
 /** `generation_config.chunk_length_schedule` of a first frame: absent → the default; invalid → a GatewayError. */
 export function scheduleOf(m: Record<string, unknown>): readonly number[] {
   const schedule = (m.generation_config as { chunk_length_schedule?: unknown } | undefined)?.chunk_length_schedule;
@@ -165,9 +174,21 @@ export class Generations {
 
   constructor(private readonly s: Services, private readonly sessionId: string, private readonly plan: Production) {}
 
-  /** Queues a generation after those already queued; resolves when it has run. */
-  run(session: SpeechSession, text: string, voiceSettings: unknown): Promise<Generated> {
-    const run = this.chain.then(() => this.generate(session, text, voiceSettings));
+  /** Generations queued and not yet delivered. */
+  queued = 0;
+  private stopped = false;
+
+  /** Generations queued from now on, or not yet started, do not run (the session is ending). */
+  stop(): void { this.stopped = true; }
+
+  /**
+   * Queues a generation after those already queued; `deliver` sends its outcome, and the next one
+   * starts only once it has (a slow client holds the generations back). Resolves once delivered.
+   */
+  run(session: SpeechSession, text: string, voiceSettings: unknown, deliver: (g: Generated) => Promise<void>): Promise<void> {
+    this.queued++;
+    const skipped: Generated = { ok: false, code: GOING_AWAY, reason: '', audio: null };
+    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, text, voiceSettings))).then(deliver).finally(() => { this.queued--; });
     this.chain = run.catch(() => undefined);
     return run;
   }

@@ -4,7 +4,7 @@ import { GatewayError } from '../../errors.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
+  checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
   DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions,
 } from './speech-stream.js';
 
@@ -79,6 +79,7 @@ class StreamInput implements SessionHandler {
         this.key = await keyOfFrame(this.s, m);
         this.session = await openSpeechSession(this.s, this.key, this.socket.id, this.o, REASON);
       }
+      checkFirstFrame(m);
       this.buffer = new TextBuffer(scheduleOf(m));
     } catch (e) {
       if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);
@@ -109,7 +110,7 @@ class StreamInput implements SessionHandler {
   /** Synthesizes one piece and sends its audio (waiting for a slow client); a refused or failed generation ends the session. */
   private async generate(piece: string): Promise<void> {
     if (!this.session || !this.generations) return;
-    await this.send(await this.generations.run(this.session, piece, this.voiceSettings));
+    await this.generations.run(this.session, piece, this.voiceSettings, (g) => this.send(g));
   }
 
   private async send(g: Generated): Promise<void> {
