@@ -23,6 +23,7 @@ import { keyRoutes } from './families/svc/key.js';
 import { billingRoutes } from './families/svc/billing.js';
 import { consoleRoutes } from './console/routes.js';
 import { streamInputRoute } from './families/beta/stream-input.js';
+import { multiStreamInputRoute } from './families/beta/multi-stream-input.js';
 import { realtimeRoute } from './families/alpha/realtime.js';
 import { RealtimeSecrets, realtimeSecretRoutes } from './families/alpha/realtime-secrets.js';
 
@@ -37,7 +38,7 @@ export function mounts(s: Services): Mount[] {
   return [
     { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s), ...audioRoutes(s), ...transcriptRoutes(s), ...fileRoutes(s), ...batchRoutes(s),
       ...realtimeSecretRoutes(s, secrets)], sockets: [realtimeRoute(s, (presented) => secrets.grant(presented))] },
-    { family: beta, routes: [...voiceRoutes(s), ...ttsRoutes(s, betaPreset), ...sttRoutes(s, measure), ...stsRoutes(s, measure, betaPreset), ...betaAccountRoutes(s)], sockets: [streamInputRoute(s)] },
+    { family: beta, routes: [...voiceRoutes(s), ...ttsRoutes(s, betaPreset), ...sttRoutes(s, measure), ...stsRoutes(s, measure, betaPreset), ...betaAccountRoutes(s)], sockets: [streamInputRoute(s), multiStreamInputRoute(s)] },
     { family: svc, routes: [...keyRoutes(s), ...billingRoutes(s)] },
     // The console renders its own errors as pages; health and metrics need no envelope of a family.
     { family: svc, routes: [...ops, ...consoleRoutes(s)], prefixes: [''] },

@@ -3,11 +3,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from '../node_modules/pg/lib/index.js';
 import { Redis } from '../node_modules/ioredis/built/index.js';
+import WebSocket from 'ws';
 import { startGateway, freshDatabase, clearRedisPrefix, bearer, chatBody, priceNano, dollarsToNano, REDIS_URL } from './helpers/gateway.mjs';
 
 const UPSTREAMS = { sim: { sim: { token_delay_ms: 2 } } };
@@ -316,4 +317,112 @@ test('a gateway killed with kill -9 on its embedded store loses no debit that it
   await t.test('no hold is left open on the restarted instance', () => {
     assert.equal(openHolds, 0);
   });
+});
+
+/**
+ * A stream-input session on gateway `gw`: sends frames on demand, collects server frames. Resolves once open.
+ */
+function speechSocket(gw, key) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb/stream-input?output_format=pcm_16000&model_id=sim-tts`, { headers: { 'xi-api-key': key } });
+    const frames = [];
+    ws.on('message', (d) => frames.push(JSON.parse(d.toString())));
+    ws.on('error', () => undefined);
+    ws.on('open', () => resolve({ ws, frames, send: (m) => ws.send(JSON.stringify(m)) }));
+    ws.on('unexpected-response', (_q, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
+  });
+}
+
+const SPEECH_PER_CHAR = 15_000n; // sim-tts: $15 per million characters
+// 150 ms between sim's 250 ms pieces of speech: a generation of 80 characters (4.8 s of speech) takes ~3 s.
+const SLOW_SPEECH = { sim: { sim: { token_delay_ms: 150 } } };
+const waitFor = async (what, fn, ms = 20_000) => {
+  const end = Date.now() + ms;
+  while (!(await fn())) { if (Date.now() > end) throw new Error(`timed out waiting for ${what}`); await sleep(25); }
+};
+
+/**
+ * Two stream-input sessions on `gw`, then kill -9: X has heard one generation and has a second under way
+ * (no audio of it sent yet), Y has heard one generation and is idle (its running record is of a part
+ * already settled). `recordOf(text)` says whether a running record contains `text`. Returns what each
+ * generation started owes, in nanodollars.
+ */
+async function killDuringSpeech(t, gw, key, recordOf) {
+  const g1 = 'The first generation is heard whole. ';
+  const g2 = 'The second generation is still being spoken by the upstream when the gateway dies. ';
+  const y1 = 'Only one generation here. ';
+  const x = await speechSocket(gw, key);
+  const y = await speechSocket(gw, key);
+  x.send({ text: ' ', generation_config: { chunk_length_schedule: [50] } });
+  y.send({ text: ' ' });
+  x.send({ text: g1, flush: true });
+  y.send({ text: y1, flush: true });
+  await waitFor('the first generations', () => x.frames.some((f) => f.audio) && y.frames.some((f) => f.audio));
+  x.send({ text: g2, flush: true });
+  // The second generation's running record (its own ledger key, `<session>#2`) is written before any of
+  // its audio could be sent: the kill follows it (or, with no record, comes 1.5 s into the ~3 s generation).
+  const recorded = await waitFor('the running record of the second generation', () => recordOf('#2"'), 1500).then(() => true, () => false);
+  t.diagnostic(`running record of the second generation seen before the kill: ${recorded}`);
+  gw.proc.kill('SIGKILL');
+  await gw.exited;
+  assert.equal(x.frames.filter((f) => f.audio).length, 1, 'the second generation had sent no audio yet: the kill came mid-generation');
+  const owed = (text) => BigInt([...text].length) * SPEECH_PER_CHAR;
+  return { g1: owed(g1), g2: owed(g2), y1: owed(y1) };
+}
+
+const ascending = (xs) => [...xs].sort((p, q) => (p < q ? -1 : p > q ? 1 : 0));
+
+test('stream-input sessions on a gateway killed with kill -9 are billed exactly once for the characters of every generation started, mid-generation included', async (t) => {
+  const db = await freshDatabase();
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const redis = new Redis(REDIS_URL);
+  t.after(async () => { await redis.quit().catch(() => redis.disconnect()); await db.drop(); await clearRedisPrefix(prefix); });
+  const a = await startGateway(t, { store: 'postgres', redis: true, database: db, redisPrefix: prefix, upstreams: SLOW_SPEECH });
+  const b = await startGateway(t, { store: 'postgres', redis: true, database: db, redisPrefix: prefix, upstreams: SLOW_SPEECH });
+  const { account, key } = await a.account('1', { rpm: 100000, concurrency: 100 });
+  const runKey = `${prefix}{${account}}:run`;
+  const owed = await killDuringSpeech(t, a, key, async (s) => Object.values(await redis.hgetall(runKey)).some((v) => v.includes(s)));
+  const killedAt = Date.now();
+
+  // Instance B takes over: the running record and the settled parts are committed, each once.
+  await waitFor('recovery by the surviving instance', async () => (await redis.hlen(`${prefix}{${account}}:holds`)) === 0
+    && (await redisLen(redis, `${prefix}{${account}}:pend`)) === 0, 30_000);
+  t.diagnostic(`holds and pending debits cleared ${Date.now() - killedAt} ms after the kill`);
+  await b.stop();
+
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  let debits, balance, total;
+  try {
+    debits = (await c.query(`SELECT idem_key, amount_nd::text AS amount, usage FROM ledger WHERE account_id = $1 AND kind = 'debit'`, [account])).rows;
+    balance = BigInt((await c.query('SELECT balance_nd::text AS b FROM accounts WHERE id = $1', [account])).rows[0].b);
+    total = BigInt((await c.query('SELECT coalesce(sum(amount_nd), 0)::text AS s FROM ledger WHERE account_id = $1', [account])).rows[0].s);
+  } finally {
+    await c.end();
+  }
+  t.diagnostic(`debits: ${debits.map((d) => `${d.idem_key} ${d.amount} ${JSON.stringify(d.usage)}`).join('; ')}`);
+  assert.equal(debits.length, 3, 'one debit for each generation started: x#1, x#2 (cut by the kill), y#1');
+  assert.ok(debits.every((d) => /^sess_[^#~]+#\d$/.test(d.idem_key)), `each under its session and generation, none stored twice: ${debits.map((d) => d.idem_key)}`);
+  const want = ascending([owed.g1, owed.g2, owed.y1]);
+  assert.deepEqual(ascending(debits.map((d) => -BigInt(d.amount))), want, 'each billed its characters');
+  const cut = debits.find((d) => -BigInt(d.amount) === owed.g2);
+  assert.ok(cut.idem_key.endsWith('#2') && cut.usage.basis === 'partial', `the generation cut by the kill: ${JSON.stringify(cut)}`);
+  assert.equal(balance, total, 'the balance equals the sum of the ledger');
+  assert.equal(balance, 1_000_000_000n - want.reduce((s, n) => s + n, 0n));
+});
+
+test('stream-input sessions on an embedded gateway killed with kill -9 are billed exactly once for every generation started, after the restart', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-crash-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const a = await startGateway(t, { store: 'pglite', dataDir: dir, upstreams: SLOW_SPEECH });
+  const { account, key } = await a.account('1', { rpm: 100000, concurrency: 100 });
+  const journal = join(dir, 'run', 'debits.journal');
+  const owed = await killDuringSpeech(t, a, key, (s) => existsSync(journal) && readFileSync(journal, 'utf8').includes(s));
+  const b = await startGateway(t, { store: 'pglite', dataDir: dir, upstreams: SLOW_SPEECH });
+  await sleep(1000);
+  const show = await b.cli('account', 'show', account);
+  const debited = dollarsToNano('1') - dollarsToNano(show.ledger_total);
+  t.diagnostic(`debited ${debited} nd; owed ${owed.g1} + ${owed.g2} + ${owed.y1} nd`);
+  assert.equal(show.balance, show.ledger_total, 'the balance equals the sum of the ledger');
+  assert.equal(debited, owed.g1 + owed.g2 + owed.y1, 'each generation started billed once: none lost, none twice');
 });

@@ -251,3 +251,52 @@ test('a cloned voice speaks only for its own account: another account\'s key is 
   assert.equal(mine.frames.filter((f) => f.audio).length, 1);
   await assertInvariants(assert, gw, a.account);
 });
+
+test('mp3 is made as the REST routes make it: each generation is an mp3 at the format\'s sample rate and bit rate, as long as its speech', async () => {
+  const { parseBuffer } = await import('music-metadata');
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const first = 'The first generation is encoded at twenty two kilohertz. ';
+  const second = 'So is the second one. ';
+  const r = await session(gw, 'output_format=mp3_22050_32&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, { text: first, flush: true }, { text: second, flush: true }, { text: '' },
+  ]);
+  assert.equal(r.code, 1000);
+  const audio = r.frames.filter((f) => f.audio);
+  assert.equal(audio.length, 2);
+  for (const [i, text] of [first, second].entries()) {
+    const mp3 = Buffer.from(audio[i].audio, 'base64');
+    const { format } = await parseBuffer(mp3, { mimeType: 'audio/mpeg' }, { duration: true });
+    assert.equal(format.container, 'MPEG');
+    assert.equal(format.sampleRate, 22_050, 'the rate output_format names (the upstream speaks 24 kHz)');
+    assert.equal(format.bitrate, 32_000);
+    // sim speaks 60 ms a character; mp3 pads to whole frames and adds the encoder's delay.
+    const want = [...text].length * 0.06;
+    assert.ok(format.duration >= want - 0.01 && format.duration <= want + 0.2, `${format.duration} s for ${want} s of speech`);
+    const a = audio[i].alignment;
+    assert.equal(a.chars.join(''), text);
+    assert.ok(Math.abs(a.charStartTimesMs.at(-1) + a.charsDurationsMs.at(-1) - want * 1000) <= 2, 'the alignment spans the speech');
+  }
+  await assertInvariants(assert, gw, account);
+});
+
+// production() (src/families/beta/produce.ts) refuses opus_* until it has an Opus encoder: a session
+// asking for it is then closed with 1008 and the reason, as for a format outside the enumeration.
+test('opus is made as the REST routes make it: each generation is Ogg Opus audio', { skip: 'production() has no Opus encoder yet: opus_* formats are refused (1008) until the Opus encoder lands in produce.ts' }, async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const text = 'Opus at forty eight kilohertz. ';
+  const r = await session(gw, 'output_format=opus_48000_64&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, { text, flush: true }, { text: '' },
+  ]);
+  assert.equal(r.code, 1000, JSON.stringify(r.frames[0]));
+  const audio = r.frames.filter((f) => f.audio);
+  assert.equal(audio.length, 1);
+  const ogg = Buffer.from(audio[0].audio, 'base64');
+  assert.equal(ogg.subarray(0, 4).toString('latin1'), 'OggS');
+  assert.ok(ogg.includes(Buffer.from('OpusHead')), 'an Ogg Opus stream');
+  const { parseBuffer } = await import('music-metadata');
+  const { format } = await parseBuffer(ogg, { mimeType: 'audio/ogg' }, { duration: true });
+  assert.ok(Math.abs(format.duration - [...text].length * 0.06) <= 0.05, `${format.duration} s`);
+  await assertInvariants(assert, gw, account);
+});

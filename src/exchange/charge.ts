@@ -41,6 +41,8 @@ const PROGRESS_EVERY_MS = 1000;
  */
 export class Charge {
   private progressAt = 0;
+  /** The part the last running record was for (none: the whole exchange). */
+  private progressSeq: number | undefined;
   private recorded = false;
   private state: 'open' | 'settled' | 'released' = 'open';
 
@@ -68,22 +70,29 @@ export class Charge {
    * instance (or this data dir's next start) bills it. Throttled; skipped while it costs nothing.
    * Resolves once the record is written (or writing it failed: best effort, never rejects); a relay
    * waits for the first one before it forwards the first output, so no output reaches a client unrecorded.
+   *
+   * A part (`seq`: a session's generation or response) records under that part's own ledger key and
+   * this attempt's nonce, the very debit its `settle({ seq })` makes: whichever of the two reaches the
+   * ledger is stored once and the other is recognised as the same debit, so a record left over
+   * after its part settled bills nothing twice. A session keeps one record at a time (the limiter
+   * holds one per hold): parts that record must run one after another.
    */
-  progress(u: Usage): Promise<void> {
-    if (!this.progressDue()) return Promise.resolve();
+  progress(u: Usage, opts: { seq?: number } = {}): Promise<void> {
+    if (!this.progressDue(opts.seq)) return Promise.resolve();
     const cost = this.cost(u);
     if (cost === 0n) return Promise.resolve();
     this.progressAt = Date.now();
+    this.progressSeq = opts.seq;
     this.recorded = true;
-    return this.hold.progress(this.debit(this.entry(u, cost, {}), undefined).debit);
+    return this.hold.progress(this.debit(this.entry(u, cost, {}, opts.seq), opts.seq).debit);
   }
 
   /** A running record has been written (or attempted) for this charge. */
   get hasRecord(): boolean { return this.recorded; }
 
-  /** A running record would be written now (open, and none written in the last second). */
-  progressDue(): boolean {
-    return this.state === 'open' && Date.now() - this.progressAt >= PROGRESS_EVERY_MS;
+  /** A running record would be written now (open, and none written in the last second; a part's first one at once). */
+  progressDue(seq?: number): boolean {
+    return this.state === 'open' && (seq !== this.progressSeq || Date.now() - this.progressAt >= PROGRESS_EVERY_MS);
   }
 
   /**

@@ -1,0 +1,251 @@
+// WS /beta/v1/text-to-speech/{voice_id}/multi-stream-input: several contexts on one socket, each with its own text buffer and chunk schedule, billed per generation.
+import type { Services } from '../../services.js';
+import { GatewayError } from '../../errors.js';
+import type { KeyRecord } from '../../store/keys.js';
+import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
+import {
+  checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
+  type Generated, type SpeechSession, type StreamOptions,
+} from './speech-stream.js';
+
+const REASON = 'tts.multi_stream_input';
+/**
+ * ElevenLabs allows five contexts open at once on one socket and closes it (1008,
+ * `max_active_conversations`) when a sixth is opened (the message as livekit/agents-js#1985 quotes it).
+ */
+export const MAX_CONTEXTS = 5;
+/** Generations queued past this many: the socket's next message waits (text is not buffered without bound). */
+const MAX_QUEUED = 8;
+
+export function multiStreamInputRoute(s: Services): SocketRoute {
+  return {
+    path: '/v1/text-to-speech/:voice_id/multi-stream-input', name: REASON, scope: 'voice',
+    maxMessageBytes: 1024 * 1024,
+    keyFrom: { query: ['authorization', 'xi_api_key'] },
+    keyInFirstFrame: true,
+    async accept(req, key, socket) {
+      const o = streamOptions(req);
+      const session = key ? await openSpeechSession(s, key, socket.id, o, REASON) : null;
+      return new MultiStreamInput(s, socket, o, key, session);
+    },
+  };
+}
+
+/** One context: its text not yet generated, its schedule, its voice settings, its inactivity timer. */
+interface Context {
+  id: string | null;
+  buffer: TextBuffer;
+  voiceSettings: unknown;
+  /** Its first message's generation_config, as JSON (a later one must not differ). */
+  config: string;
+  timer: NodeJS.Timeout | null;
+  /** Its last queued generation, delivered: its final message follows it. */
+  tail: Promise<void>;
+}
+
+class MultiStreamInput implements SessionHandler {
+  private started = false;
+  private ended = false;
+  private timer: NodeJS.Timeout | null = null;
+  /** Open contexts by id ('' is the default context of messages without `context_id`). */
+  private readonly contexts = new Map<string, Context>();
+  private readonly generations: Generations | null;
+
+  constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
+    private key: KeyRecord | null, private session: SpeechSession | null) {
+    this.generations = o.plan ? new Generations(s, socket.id, o.plan) : null;
+  }
+
+  opened(): void {
+    if (this.o.formatError) {
+      this.ended = true;
+      const { message, reason } = this.o.formatError;
+      void this.socket.send(JSON.stringify({ message, error: 'invalid_output_format', code: POLICY }))
+        .then(() => this.socket.close(POLICY, reason));
+      return;
+    }
+    this.arm();
+  }
+
+  async message(data: Buffer, isBinary: boolean): Promise<void> {
+    if (this.ended) return;
+    if (isBinary) return this.error('Binary frames are not part of this protocol: send JSON text frames.', null);
+    let m: Record<string, unknown>;
+    try {
+      const v = JSON.parse(data.toString('utf8')) as unknown;
+      if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error('not an object');
+      m = v as Record<string, unknown>;
+    } catch {
+      return this.error('The frame is not a JSON object; the session goes on.', null);
+    }
+    this.arm();
+    if (!this.started) {
+      try {
+        if (!this.key) {
+          this.key = await keyOfFrame(this.s, m);
+          this.session = await openSpeechSession(this.s, this.key, this.socket.id, this.o, REASON);
+        }
+      } catch (e) {
+        if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);
+        throw e;
+      }
+      this.started = true;
+    }
+    if (m.close_socket === true) return this.closeSocket();
+    const id = m.context_id ?? m.contextId ?? null;
+    if (id !== null && typeof id !== 'string') return this.error('`context_id` must be a string.', null);
+    const text = m.text ?? null;
+    if (text !== null && typeof text !== 'string') return this.error('`text` must be a string.', id);
+    if (m.close_context === true) return this.closeContext(id);
+    const known = this.contexts.get(id ?? '');
+    const ctx = known ?? this.open(id, m);
+    if (!ctx) return;
+    this.armContext(ctx);
+    if (known && changesSettings(known, m)) {
+      void this.error('voice_settings and generation_config apply from a context\'s first message only: these were not applied (close the context and open it again to change them).', id);
+    }
+    // A context's first message is `{"text": " "}`: that space opens it and is not spoken.
+    if (text && (known || text.trim() !== '')) ctx.buffer.push(text);
+    if (m.flush === true || this.o.autoMode) this.flush(ctx);
+    else for (let piece = ctx.buffer.take({ trigger: m.try_trigger_generation === true }); piece !== null; piece = ctx.buffer.take()) this.generate(ctx, piece);
+    // Backpressure: a client that sends text faster than it is spoken waits here.
+    if (this.generations && this.generations.queued > MAX_QUEUED) await this.generations.idle();
+  }
+
+  /** A context's first message: its voice settings and schedule; refused past the context limit. */
+  private open(id: string | null, m: Record<string, unknown>): Context | null {
+    if (this.contexts.size >= MAX_CONTEXTS) {
+      this.refuse(POLICY, `max_active_conversations: Maximum simultaneous contexts per WebSocket connection exceeded (${MAX_CONTEXTS}). Please close an existing context before opening a new one.`);
+      return null;
+    }
+    let buffer: TextBuffer;
+    try {
+      checkFirstFrame(m);
+      buffer = new TextBuffer(scheduleOf(m));
+    } catch (e) {
+      if (!(e instanceof GatewayError)) throw e;
+      void this.error(`${e.code}: ${e.message} The context was not opened.`, id);
+      return null;
+    }
+    const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, config: JSON.stringify(m.generation_config ?? null), timer: null, tail: Promise.resolve() };
+    this.contexts.set(id ?? '', ctx);
+    return ctx;
+  }
+
+  /** Queues every buffered piece of a context (flush, auto_mode, closing the socket). */
+  private flush(ctx: Context): void {
+    for (let piece = ctx.buffer.take({ all: true }); piece !== null; piece = ctx.buffer.take({ all: true })) this.generate(ctx, piece);
+  }
+
+  /** Queues one generation of a context behind the session's others (one at a time: see Generations). */
+  private generate(ctx: Context, piece: string): void {
+    if (!this.session || !this.generations) return;
+    ctx.tail = this.generations.run(this.session, piece, ctx.voiceSettings, (g) => this.deliver(ctx, g));
+  }
+
+  private async deliver(ctx: Context, g: Generated): Promise<void> {
+    if (g.ok) {
+      await this.socket.send(JSON.stringify({ audio: g.audio.toString('base64'), isFinal: false, normalizedAlignment: g.alignment, alignment: g.alignment, contextId: ctx.id }));
+      return;
+    }
+    if (g.audio && g.audio.length > 0) await this.socket.send(JSON.stringify({ audio: g.audio.toString('base64'), isFinal: false, normalizedAlignment: null, alignment: null, contextId: ctx.id }));
+    if (g.code !== GOING_AWAY) this.refuse(g.code, g.reason);
+  }
+
+  /**
+   * `close_context`: no further audio for it. Text not yet generated is dropped (and not billed); what
+   * was already queued is spoken, then `{"isFinal": true, "contextId"}`. The id may be opened again at once.
+   */
+  private closeContext(id: string | null): Promise<void> {
+    const ctx = this.contexts.get(id ?? '');
+    if (!ctx) return this.error(`There is no open context ${JSON.stringify(id)} to close.`, id);
+    this.contexts.delete(id ?? '');
+    this.disarmContext(ctx);
+    ctx.buffer.clear();
+    void ctx.tail.then(() => this.final(ctx));
+    return Promise.resolve();
+  }
+
+  private async final(ctx: Context): Promise<void> {
+    if (!this.ended) await this.socket.send(JSON.stringify({ audio: null, isFinal: true, contextId: ctx.id }));
+  }
+
+  /** `close_socket`: every context's text is generated, each context ends with its final message, then a normal close. */
+  private async closeSocket(): Promise<void> {
+    this.disarm();
+    const open = [...this.contexts.values()];
+    this.contexts.clear();
+    for (const ctx of open) { this.disarmContext(ctx); this.flush(ctx); }
+    await this.generations?.idle();
+    for (const ctx of open) await this.final(ctx);
+    if (!this.ended) this.refuse(NORMAL, '');
+  }
+
+  private async error(message: string, contextId: unknown): Promise<void> {
+    await this.socket.send(JSON.stringify({ message, error: 'invalid_message', code: POLICY, ...(typeof contextId === 'string' ? { contextId } : {}) }));
+  }
+
+  /** Ends the session: a long reason goes first as a message frame, then the close. */
+  private refuse(code: number, reason: string): void {
+    this.ended = true;
+    this.generations?.stop();
+    this.disarm();
+    for (const ctx of this.contexts.values()) this.disarmContext(ctx);
+    if (Buffer.byteLength(reason) <= 123) { this.socket.close(code, reason); return; }
+    const short = reason.slice(0, reason.indexOf(':') > 0 ? reason.indexOf(':') : 100);
+    void this.socket.send(JSON.stringify({ message: reason, error: short, code })).then(() => this.socket.close(code, short));
+  }
+
+  /** The socket closes after `inactivity_timeout` without any message. */
+  private arm(): void {
+    this.disarm();
+    this.timer = setTimeout(() => this.refuse(POLICY, `no message received for ${this.o.inactivityMs / 1000} s (inactivity_timeout)`), this.o.inactivityMs);
+    this.timer.unref();
+  }
+
+  private disarm(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  /** A context closes after `inactivity_timeout` without a message to it (`{"text": "", "context_id"}` keeps it alive). */
+  private armContext(ctx: Context): void {
+    this.disarmContext(ctx);
+    ctx.timer = setTimeout(() => { if (this.contexts.get(ctx.id ?? '') === ctx) void this.closeContext(ctx.id); }, this.o.inactivityMs);
+    ctx.timer.unref();
+  }
+
+  private disarmContext(ctx: Context): void {
+    if (ctx.timer) clearTimeout(ctx.timer);
+    ctx.timer = null;
+  }
+
+  async closed(): Promise<void> {
+    this.ended = true;
+    // The one under way finishes; those queued behind it are not started (nobody is there to hear them).
+    this.generations?.stop();
+    this.disarm();
+    for (const ctx of this.contexts.values()) this.disarmContext(ctx);
+    // Generations under way are billed first (they were produced); then the slot is freed.
+    await this.generations?.idle();
+    await this.session?.charge.release();
+  }
+
+  async shutdown(): Promise<void> {
+    this.ended = true;
+    this.generations?.stop();
+    this.disarm();
+    for (const ctx of this.contexts.values()) this.disarmContext(ctx);
+    await this.generations?.idle();
+    this.socket.close(GOING_AWAY, 'the gateway is shutting down');
+    await this.session?.charge.release();
+  }
+}
+
+/** A later message of a context that would change its voice settings or schedule (the same values again, or none, change nothing). */
+function changesSettings(ctx: Context, m: Record<string, unknown>): boolean {
+  const voice = m.voice_settings ?? null;
+  const config = m.generation_config ?? null;
+  return (voice !== null && JSON.stringify(voice) !== JSON.stringify(ctx.voiceSettings ?? null))
+    || (config !== null && JSON.stringify(config) !== ctx.config);
+}

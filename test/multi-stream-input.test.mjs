@@ -1,0 +1,197 @@
+// WS /beta/v1/text-to-speech/{voice_id}/multi-stream-input with a raw `ws` client: contexts with their own
+// buffers and schedules on one socket, close_context, close_socket, the context limit, per-context inactivity.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import { startGateway, assertInvariants } from './helpers/gateway.mjs';
+
+// One gateway for the file (each test has accounts of its own).
+let gw = null;
+const teardown = [];
+before(async () => { gw = await startGateway({ after: (fn) => teardown.push(fn) }, { store: 'pglite' }); });
+after(async () => { for (const fn of teardown.reverse()) await fn(); });
+
+const VOICE = 'JBFqnCBsd6RMkjVDRZzb';
+/** sim-tts: $15 per million characters = 15,000 nanodollars a character. */
+const PER_CHAR = 15_000n;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function url(query) {
+  return `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${VOICE}/multi-stream-input?${query}`;
+}
+
+/** Opens a socket; resolves once open, with its frames so far and a `closed` promise. */
+function connect(query, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url(query), { headers });
+    const frames = [];
+    ws.on('message', (d) => frames.push(JSON.parse(d.toString())));
+    const closed = new Promise((r) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() })));
+    ws.on('open', () => resolve({ ws, frames, closed, send: (m) => ws.send(JSON.stringify(m)) }));
+    ws.on('unexpected-response', (_q, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
+    ws.on('error', () => undefined);
+  });
+}
+
+const balance = async (account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
+const chars = (s) => BigInt([...s].length);
+const until = async (fn, ms = 20_000) => { const end = Date.now() + ms; while (!fn()) { if (Date.now() > end) throw new Error('timed out'); await sleep(10); } };
+
+test('two contexts on one socket keep their own buffers and schedules; audio and finals name their context; billed per character generated', async () => {
+  const { key, account } = await gw.account('1');
+  const before = await balance(account);
+  const s = await connect('output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key });
+  // Context a generates at 50 characters, b only on flush (its schedule is longer than its text).
+  s.send({ text: ' ', context_id: 'a', generation_config: { chunk_length_schedule: [50] } });
+  s.send({ text: ' ', context_id: 'b', generation_config: { chunk_length_schedule: [500] } });
+  const a1 = 'Context a speaks first, with a schedule of fifty. ';
+  const b1 = 'Context b waits for its flush. ';
+  const a2 = 'Then a is closed with this text never flushed ';
+  s.send({ text: b1, context_id: 'b' });
+  s.send({ text: a1, context_id: 'a' });
+  await until(() => s.frames.some((f) => f.audio));
+  assert.deepEqual(s.frames.filter((f) => f.audio).map((f) => f.contextId), ['a'], 'a reached its schedule; b is still buffering');
+  s.send({ text: a2, context_id: 'a' });
+  s.send({ context_id: 'a', close_context: true });
+  s.send({ context_id: 'b', flush: true });
+  await until(() => s.frames.filter((f) => f.isFinal === true).length === 1 && s.frames.filter((f) => f.audio).length === 2);
+  s.send({ close_socket: true });
+  const { code } = await s.closed;
+  assert.equal(code, 1000);
+  const audio = s.frames.filter((f) => f.audio);
+  assert.deepEqual(audio.map((f) => [f.contextId, f.alignment.chars.join('')]), [['a', a1], ['b', b1]]);
+  for (const f of audio) {
+    const ms = (Buffer.from(f.audio, 'base64').length / 2 / 16_000) * 1000;
+    assert.ok(Math.abs(f.alignment.charStartTimesMs.at(-1) + f.alignment.charsDurationsMs.at(-1) - ms) <= 2, 'the alignment spans the chunk');
+    assert.equal(f.isFinal, false);
+  }
+  const finals = s.frames.filter((f) => f.isFinal === true);
+  assert.deepEqual(finals, [{ audio: null, isFinal: true, contextId: 'a' }, { audio: null, isFinal: true, contextId: 'b' }],
+    'a final for a when it closed, for b when the socket closed');
+  // a's unflushed text was dropped at close_context: billed nothing.
+  assert.equal(before - (await balance(account)), (chars(a1) + chars(b1)) * PER_CHAR);
+  await assertInvariants(assert, gw, account);
+});
+
+test('close_socket generates what each context still buffers, then ends every context and closes with 1000', async () => {
+  const { key, account } = await gw.account('1');
+  const before = await balance(account);
+  const s = await connect('output_format=ulaw_8000&model_id=sim-tts');
+  // The key in the first frame; no context_id: the default context (contextId null).
+  s.send({ text: ' ', xi_api_key: key });
+  const d = 'The default context. ';
+  const x = 'And a named one. ';
+  s.send({ text: d });
+  s.send({ text: x, context_id: 'x' });
+  s.send({ close_socket: true });
+  assert.equal((await s.closed).code, 1000);
+  const audio = s.frames.filter((f) => f.audio);
+  assert.deepEqual(audio.map((f) => [f.contextId, f.alignment.chars.join('')]), [[null, d], ['x', x]]);
+  assert.equal(Buffer.from(audio[0].audio, 'base64').length, Number(chars(d)) * 60 * 8, 'G.711 at 8 kHz: one byte a sample, 60 ms a character');
+  assert.deepEqual(s.frames.filter((f) => f.isFinal === true).map((f) => f.contextId), [null, 'x']);
+  assert.equal(before - (await balance(account)), (chars(d) + chars(x)) * PER_CHAR);
+  await assertInvariants(assert, gw, account);
+});
+
+test(`a sixth context open at once closes the socket with 1008 max_active_conversations; a closed context frees its place`, async () => {
+  const { key, account } = await gw.account('1');
+  const s = await connect('output_format=pcm_16000', { 'xi-api-key': key });
+  for (const id of ['c1', 'c2', 'c3', 'c4', 'c5']) s.send({ text: ' ', context_id: id });
+  s.send({ context_id: 'c1', close_context: true });
+  s.send({ text: ' ', context_id: 'c6' });
+  await until(() => s.frames.some((f) => f.isFinal));
+  assert.equal(s.ws.readyState, WebSocket.OPEN, 'five open after c1 closed: c6 fits');
+  s.send({ text: ' ', context_id: 'c7' });
+  const { code, reason } = await s.closed;
+  assert.equal(code, 1008);
+  assert.equal(reason, 'max_active_conversations');
+  assert.match(s.frames.at(-1).message, /Maximum simultaneous contexts per WebSocket connection exceeded \(5\)/);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a context without messages for inactivity_timeout is closed (its final sent, its text dropped) while a kept-alive one goes on', async () => {
+  const { key, account } = await gw.account('1');
+  const before = await balance(account);
+  const s = await connect('output_format=pcm_16000&model_id=sim-tts&inactivity_timeout=2', { 'xi-api-key': key });
+  s.send({ text: ' ', context_id: 'quiet' });
+  s.send({ text: 'Never flushed. ', context_id: 'quiet' });
+  s.send({ text: ' ', context_id: 'kept' });
+  for (let i = 0; i < 7; i++) { await sleep(500); s.send({ text: '', context_id: 'kept' }); }
+  assert.deepEqual(s.frames.filter((f) => f.isFinal).map((f) => f.contextId), ['quiet']);
+  assert.equal(s.ws.readyState, WebSocket.OPEN, 'the socket stays open: kept had messages');
+  const said = 'Still here. ';
+  s.send({ text: said, context_id: 'kept', flush: true });
+  await until(() => s.frames.some((f) => f.audio));
+  assert.equal(s.frames.find((f) => f.audio).contextId, 'kept');
+  // Nothing more: the socket itself closes after its inactivity_timeout.
+  const { code, reason } = await s.closed;
+  assert.equal(code, 1008);
+  assert.match(reason, /inactivity_timeout/);
+  assert.equal(before - (await balance(account)), chars(said) * PER_CHAR, 'the dropped text billed nothing');
+  await assertInvariants(assert, gw, account);
+});
+
+test('malformed frames, a close_context for no open context, a bad schedule and changed voice settings get error messages; the session goes on', async () => {
+  const { key, account } = await gw.account('1');
+  const s = await connect('output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key });
+  s.ws.send('{"text": "not json');
+  s.send({ context_id: 'nobody', close_context: true });
+  s.send({ text: ' ', context_id: 'bad', generation_config: { chunk_length_schedule: [5] } });
+  s.send({ text: ' ', context_id: 'dict', pronunciation_dictionary_locators: [{ pronunciation_dictionary_id: 'p', version_id: 'v' }] });
+  s.send({ text: 'Fine. ', context_id: 'ok', flush: true });
+  s.send({ text: '', context_id: 'ok', voice_settings: { speed: 1.1 } });
+  s.send({ close_socket: true });
+  assert.equal((await s.closed).code, 1000);
+  const errors = s.frames.filter((f) => f.error);
+  assert.equal(errors.length, 5, JSON.stringify(errors));
+  assert.match(errors[4].message, /voice_settings and generation_config apply from a context's first message only/);
+  assert.equal(errors[4].contextId, 'ok');
+  assert.match(errors[1].message, /no open context "nobody"/);
+  assert.match(errors[2].message, /chunk_length_schedule/);
+  assert.match(errors[3].message, /unsupported_parameter: pronunciation_dictionary_locators/);
+  assert.deepEqual(s.frames.filter((f) => f.audio).map((f) => f.contextId), ['ok']);
+  assert.deepEqual(s.frames.filter((f) => f.isFinal).map((f) => f.contextId), ['ok'], 'the contexts refused were never opened');
+  await assertInvariants(assert, gw, account);
+});
+
+test('an unknown output_format closes the socket with 1008 and the reason', async () => {
+  const { key } = await gw.account('1');
+  const s = await connect('output_format=wav_99', { 'xi-api-key': key });
+  const { code, reason } = await s.closed;
+  assert.equal(code, 1008);
+  assert.equal(reason, 'invalid output_format');
+  assert.match(s.frames[0].message, /output_format "wav_99" is unknown/);
+});
+
+test('a socket dropped while two contexts have text queued bills the generation under way and starts no other', async (t) => {
+  // 100 ms between sim's 250 ms pieces of speech: each generation here takes most of a second.
+  const slow = await startGateway(t, { store: 'pglite', upstreams: { sim: { sim: { token_delay_ms: 100 } } } });
+  const { key, account } = await slow.account('1');
+  const first = 'The first generation is heard. ';
+  const second = 'Queued behind it in another context. ';
+  const s = await new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${slow.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${VOICE}/multi-stream-input?output_format=pcm_16000&model_id=sim-tts`, { headers: { 'xi-api-key': key } });
+    const frames = [];
+    ws.on('message', (d) => frames.push(JSON.parse(d.toString())));
+    const closed = new Promise((r) => ws.on('close', () => r()));
+    ws.on('open', () => resolve({ ws, frames, closed }));
+    ws.on('error', reject);
+  });
+  s.ws.send(JSON.stringify({ text: first, context_id: 'a', flush: true }));
+  s.ws.send(JSON.stringify({ text: second, context_id: 'b', flush: true }));
+  s.ws.send(JSON.stringify({ text: 'And a third one, never started. ', context_id: 'a', flush: true }));
+  await until(() => s.frames.some((f) => f.audio));
+  s.ws.terminate();
+  await s.closed;
+  // The second generation started as soon as the first was delivered: it finishes and is billed; the third never starts.
+  const owed = (chars(first) + chars(second)) * PER_CHAR;
+  let spent = 0n;
+  for (let i = 0; i < 100 && spent !== owed; i++) {
+    await sleep(50);
+    spent = 1_000_000_000n - BigInt(Math.round((await slow.cli('account', 'show', account)).balance * 1e9));
+  }
+  await sleep(1500);
+  spent = 1_000_000_000n - BigInt(Math.round((await slow.cli('account', 'show', account)).balance * 1e9));
+  assert.equal(spent, owed, 'the first and second generations, not the third');
+  await assertInvariants(assert, slow, account);
+});
