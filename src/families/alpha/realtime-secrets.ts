@@ -8,7 +8,9 @@ import { invalidKey } from '../../gate/auth.js';
 import { base62, hashKey } from '../../store/ids.js';
 import type { KeyRecord } from '../../store/keys.js';
 import { compile, parseJson } from '../validate.js';
-import { chatOrRealtime, defaultSession, RtError, updatedSession } from './realtime.js';
+import { chatOrRealtime } from './realtime/models.js';
+import { RtError } from './realtime/protocol.js';
+import { defaultSession, updatedSession } from './realtime/session-config.js';
 
 /** OpenAI's bounds: 10 s to 2 h, 10 minutes when not said. */
 const MIN_S = 10;
