@@ -535,3 +535,106 @@ test('response.create refuses what it would not act on (an unknown field, a stor
   s.ws.close();
   await s.closed;
 });
+
+test('an input_audio part in conversation.item.create is transcribed (billed by its duration) and the reply answers its transcript; audio in other places is refused', async (t) => {
+  const { synth } = await import('../dist/sim/speech.js');
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  const said = 'Where is the nearest train station?';
+  const speech = synth(said);
+  const audio = Buffer.from(speech.buffer, speech.byteOffset, speech.byteLength).toString('base64');
+  s.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_audio', audio }] } });
+  const created = await s.until((e) => e.type === 'conversation.item.created');
+  assert.deepEqual(created.item.content, [{ type: 'input_audio', transcript: null }], 'the audio itself is not echoed');
+  s.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  const heard = await s.until((e) => e.type === 'conversation.item.input_audio_transcription.completed');
+  assert.equal(heard.item_id, created.item.id);
+  assert.equal(heard.content_index, 0);
+  assert.equal(heard.transcript, said);
+  assert.deepEqual(heard.usage, { type: 'duration', seconds: speech.length / 24_000 });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  // The response was queued behind the transcription: its prompt is the transcript, token for token.
+  const { chatPromptTokens } = await import('../dist/meter/tokens.js');
+  assert.equal(done.response.usage.input_tokens, chatPromptTokens([{ role: 'user', content: said }]));
+  s.send({ type: 'conversation.item.retrieve', item_id: created.item.id });
+  assert.deepEqual((await s.until((e) => e.type === 'conversation.item.retrieved')).item.content, [{ type: 'input_audio', transcript: said }]);
+  const u = done.response.usage;
+  const expected = BigInt(speech.length / 24) * SIM_STT_ND_PER_MS + priceNano(u.input_tokens, u.output_tokens);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed the audio\'s duration and the response\'s tokens');
+  const refusals = [
+    [{ type: 'message', role: 'assistant', content: [{ type: 'input_audio', audio }] }, 'unsupported_parameter', 'item.content[0].type'],
+    [{ type: 'message', role: 'user', content: [{ type: 'input_audio', audio: '' }] }, 'invalid_value', 'item.content[0].audio'],
+    [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hi' }, { type: 'input_audio', audio: 'AAAA' }] }, 'invalid_value', 'item.content[1].audio'],
+  ];
+  for (const [item, code, param] of refusals) {
+    const from = s.events.length;
+    s.send({ type: 'conversation.item.create', item });
+    const err = await s.until((e) => e.type === 'error', from);
+    assert.equal(err.error.code, code, JSON.stringify(err));
+    assert.equal(err.error.param, param);
+  }
+  const from = s.events.length;
+  s.send({ type: 'response.create', response: { conversation: 'none', input: [{ type: 'message', role: 'user', content: [{ type: 'input_audio', audio }] }] } });
+  assert.equal((await s.until((e) => e.type === 'error', from)).error.param, 'response.input[0].content[0].type', 'out-of-band input takes text only');
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'nothing refused was billed');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+/** What the user heard of `text` spoken at sim's 60 ms a character, cut at `ms`: whole words only. */
+function heardAt(text, ms) {
+  const chars = [...text];
+  let n = Math.min(chars.length, Math.floor(ms / 60));
+  if (n < chars.length && !/\s/.test(chars[n])) while (n > 0 && !/\s/.test(chars[n - 1])) n--;
+  return chars.slice(0, n).join('').trimEnd();
+}
+
+test('conversation.item.truncate cuts a spoken reply to what was heard: conversation.item.truncated, the item\'s transcript and the next prompt hold only the words heard', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  s.send(userText('Tell me about the weather.'));
+  s.send({ type: 'response.create', response: { output_modalities: ['audio'], max_output_tokens: 40 } });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  const item = done.response.output[0];
+  const transcript = item.content[0].transcript;
+  const audioMs = Buffer.concat(s.events.filter((e) => e.type === 'response.output_audio.delta').map((e) => Buffer.from(e.delta, 'base64'))).length / 48;
+  assert.equal(audioMs, [...transcript].length * 60);
+  // Errors first: past the audio's end, a user item, a bad content_index; none changes the item.
+  for (const [ev, param] of [
+    [{ item_id: item.id, content_index: 0, audio_end_ms: audioMs + 1 }, 'audio_end_ms'],
+    [{ item_id: s.events.find((e) => e.type === 'conversation.item.created').item.id, content_index: 0, audio_end_ms: 0 }, 'item_id'],
+    [{ item_id: item.id, content_index: 1, audio_end_ms: 10 }, 'content_index'],
+    [{ item_id: 'item_nope', content_index: 0, audio_end_ms: 10 }, 'item_id'],
+  ]) {
+    const from = s.events.length;
+    s.send({ type: 'conversation.item.truncate', ...ev });
+    const err = await s.until((e) => e.type === 'error', from);
+    assert.equal(err.error.code, 'invalid_value');
+    assert.equal(err.error.param, param);
+  }
+  const cut = Math.floor(audioMs / 2) + 30;
+  s.send({ type: 'conversation.item.truncate', event_id: 'evt_cut', item_id: item.id, content_index: 0, audio_end_ms: cut });
+  const truncated = await s.until((e) => e.type === 'conversation.item.truncated');
+  assert.deepEqual({ item_id: truncated.item_id, content_index: truncated.content_index, audio_end_ms: truncated.audio_end_ms }, { item_id: item.id, content_index: 0, audio_end_ms: cut });
+  const heard = heardAt(transcript, cut);
+  assert.ok(heard.length > 0 && heard.length < transcript.length && transcript.startsWith(heard), `${heard} | ${transcript}`);
+  s.send({ type: 'conversation.item.retrieve', item_id: item.id });
+  assert.deepEqual((await s.until((e) => e.type === 'conversation.item.retrieved')).item.content, [{ type: 'output_audio', transcript: heard }]);
+  const n = s.events.length;
+  s.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  const next = await s.until((e) => e.type === 'response.done', n);
+  const { chatPromptTokens } = await import('../dist/meter/tokens.js');
+  assert.equal(next.response.usage.input_tokens, chatPromptTokens([{ role: 'user', content: 'Tell me about the weather.' }, { role: 'assistant', content: heard }]),
+    'the model sees only what was heard');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});

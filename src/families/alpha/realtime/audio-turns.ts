@@ -1,7 +1,6 @@
 // A realtime session's audio in: appended PCM, server VAD cutting it into turns, manual commits and clears; each turn becomes a user item, transcribed, then answered if asked.
 import { Vad } from '../../../audio/vad.js';
 import { int16 } from '../../../audio/pcm.js';
-import { log } from '../../../observe/log.js';
 import type { SessionContext } from './context.js';
 import { InputAudio } from './input-audio.js';
 import { transcribe } from './transcribe.js';
@@ -103,7 +102,7 @@ export class AudioTurns {
     this.ctx.items.push(item);
     await this.ctx.emit({ type: 'input_audio_buffer.committed', previous_item_id: previous, item_id: itemId });
     await this.ctx.emit({ type: 'conversation.item.added', previous_item_id: previous, item });
-    const run = this.ctx.work.then(async () => {
+    void this.ctx.queue('transcription', async () => {
       const heard = await transcribe(this.ctx, item, pcm);
       if (!heard || this.ctx.ended) return;
       await this.ctx.emit({ type: 'conversation.item.done', previous_item_id: previous, item });
@@ -116,7 +115,5 @@ export class AudioTurns {
         await this.ctx.error(e.code, e.message, e.param, null, e.type);
       }
     });
-    this.ctx.work = run.catch((e) => { log('error', 'realtime transcription failed', { session: this.ctx.socket.id, error: String((e as Error)?.stack ?? e) }); });
   }
-
 }

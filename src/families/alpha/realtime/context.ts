@@ -4,7 +4,7 @@ import type { ModelConfig } from '../../../config.js';
 import type { Charge } from '../../../exchange/charge.js';
 import type { SessionSocket } from '../../../server/ws.js';
 import type { AudioCaps, AudioModels } from './models.js';
-import type { Active, Item, Obj } from './protocol.js';
+import type { Active, Item, Obj, Spoken } from './protocol.js';
 
 export interface SessionContext {
   readonly s: Services;
@@ -21,6 +21,8 @@ export interface SessionContext {
   session: Obj;
   /** The conversation, in order. */
   readonly items: Item[];
+  /** Each spoken assistant item's audio, by item id: what conversation.item.truncate cuts. */
+  readonly spoken: Map<string, Spoken[]>;
   /** The last part's sequence number (a part is `<session id>#<seq>` in the ledger). */
   seq: number;
   /** Closed, or closing: nothing more is started. */
@@ -33,6 +35,8 @@ export interface SessionContext {
   error(code: string | null, message: string, param?: string | null, clientEventId?: unknown, type?: string): Promise<void>;
   /** Closes the socket with a code; nothing more is started. */
   end(code: number, reason: string): void;
+  /** Runs `f` after the session's work so far (transcriptions and responses run one at a time, in order). */
+  queue(what: string, f: () => Promise<void>): Promise<void>;
   /** Checks a response's parameters (an RtError when refused) and queues it behind the session's work. */
   startResponse(r: Obj): void;
 }

@@ -25,10 +25,17 @@ export const BYTES_PER_MS = 48;
 
 export interface Item { id: string; type: string; role?: string; status?: string; content?: Obj[]; call_id?: string; name?: string; arguments?: string; output?: string; object?: string }
 
+/** A stretch of an assistant item's audio: the text spoken in it and how long its audio is. */
+export interface Spoken { text: string; ms: number; /** Its audio ended before the text was spoken (cancelled, dropped, failed). */ cut: boolean }
+
 /** The response under way. */
 export interface Active {
   id: string;
   call: UpstreamCall | null;
+  /** The ids of the items it outputs (they join the conversation when it is done). */
+  itemIds: string[];
+  /** Settles once the response is done and billed. */
+  finished: Promise<void> | null;
   cancelled: boolean;
   /** Why it was cancelled: the client asked, or the user started speaking (interrupt_response). */
   cancelReason: 'client_cancelled' | 'turn_detected';

@@ -55,6 +55,7 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
     if (textStarted) return;
     textStarted = true;
     order.push(text);
+    a.itemIds.push(text.id);
     events.push({ type: 'response.output_item.added', response_id: a.id, output_index: outputIndex++, item: { ...text, content: [] } });
     events.push({ type: 'response.content_part.added', response_id: a.id, item_id: text.id, output_index: order.indexOf(text), content_index: 0, part: emptyPart });
   };
@@ -77,6 +78,7 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
               call = { id: rid('item'), object: 'realtime.item', type: 'function_call', status: 'in_progress', call_id: typeof tc.id === 'string' ? tc.id : rid('call'), name: typeof fn.name === 'string' ? fn.name : '', arguments: '' };
               calls.set(idx, call);
               order.push(call);
+              a.itemIds.push(call.id);
               events.push({ type: 'response.output_item.added', response_id: a.id, output_index: outputIndex++, item: { ...call } });
             }
             if (typeof fn.arguments === 'string' && fn.arguments.length > 0) {

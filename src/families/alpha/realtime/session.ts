@@ -6,16 +6,17 @@ import { log } from '../../../observe/log.js';
 import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
 import { AudioTurns } from './audio-turns.js';
 import type { SessionContext } from './context.js';
-import { createItem, deleteItem, retrieveItem } from './conversation.js';
+import { createItem, deleteItem, retrieveItem, truncateItem } from './conversation.js';
 import { audioCaps, type AudioCaps, type AudioModels } from './models.js';
 import { respond } from './response.js';
 import { planResponse } from './response-plan.js';
 import { updatedSession } from './session-config.js';
-import { CLIENT_ALIASES, GOING_AWAY, rid, RtError, type Active, type Item, type Obj } from './protocol.js';
+import { CLIENT_ALIASES, GOING_AWAY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
 
 export class Realtime implements SessionHandler, SessionContext {
   session: Obj;
   readonly items: Item[] = [];
+  readonly spoken = new Map<string, Spoken[]>();
   seq = 0;
   ended = false;
   active: Active | null = null;
@@ -65,8 +66,7 @@ export class Realtime implements SessionHandler, SessionContext {
         case 'input_audio_buffer.append': return await this.turns.append(m);
         case 'input_audio_buffer.commit': return await this.turns.commit();
         case 'input_audio_buffer.clear': return await this.turns.clear();
-        case 'conversation.item.truncate':
-          throw new RtError('unsupported_event', 'type', 'conversation.item.truncate is not available on this gateway: a spoken reply cannot be cut back to what was played.');
+        case 'conversation.item.truncate': return await truncateItem(this, m);
         case 'output_audio_buffer.clear':
           throw new RtError('unsupported_event', 'type', 'output_audio_buffer.clear is for WebRTC and SIP sessions; on a WebSocket, stop playing the audio you have.');
         case null: throw new RtError('invalid_event', 'type', 'The event has no `type`.');
@@ -113,8 +113,13 @@ export class Realtime implements SessionHandler, SessionContext {
   startResponse(r: Obj): void {
     const { a, plan } = planResponse(this, r);
     this.active = a;
-    const run = this.work.then(() => respond(this, a, plan));
-    this.work = run.catch((e) => { log('error', 'realtime response failed', { session: this.socket.id, error: String((e as Error)?.stack ?? e) }); });
+    a.finished = this.queue('response', () => respond(this, a, plan));
+  }
+
+  queue(what: string, f: () => Promise<void>): Promise<void> {
+    const run = this.work.then(f);
+    this.work = run.catch((e) => { log('error', `realtime ${what} failed`, { session: this.socket.id, error: String((e as Error)?.stack ?? e) }); });
+    return this.work;
   }
 
   end(code: number, reason: string): void {

@@ -27,6 +27,7 @@ export async function speak(ctx: SessionContext, a: Active, voice: { voice: stri
   const req = { model: tts.upstreamModel, input: textOut, voice: presetVoice(voice.voice)?.upstreamVoice ?? voice.voice, response_format: 'pcm', speed: voice.speed };
   let bytes = 0;
   let accepted = false;
+  let whole = false;
   let failure: GatewayError | null = null;
   try {
     const { call, res, failed } = await callFor(ctx, a, tts.upstream, '/v1/audio/speech', '*/*', Buffer.from(JSON.stringify(req)), `${ctx.socket.id}-${seq}-speech`);
@@ -43,11 +44,14 @@ export async function speak(ctx: SessionContext, a: Active, voice: { voice: stri
         if (!a.dropped) await ctx.emit({ type: 'response.output_audio.delta', response_id: a.id, item_id: item.id, output_index: outputIndex, content_index: 0, delta: c.toString('base64') });
         if (a.cancelled || a.dropped) { call.abort(); break; }
       }
+      whole = res.complete && !a.cancelled && !a.dropped;
       if (!a.cancelled && !a.dropped && !res.complete) failure = new GatewayError({ status: 502, code: 'upstream_error', message: 'The speech upstream broke off mid-reply.' });
     }
   } catch (e) {
     if (!a.cancelled && !a.dropped) failure = e instanceof GatewayError ? e : new GatewayError({ status: 502, code: 'upstream_error', message: 'The speech upstream failed.' });
   }
+  // What was spoken, for conversation.item.truncate.
+  if (accepted) ctx.spoken.set(item.id, [...(ctx.spoken.get(item.id) ?? []), { text: textOut, ms: Math.floor(bytes / BYTES_PER_MS), cut: !whole }]);
   if (!a.dropped && accepted) await ctx.emit({ type: 'response.output_audio.done', response_id: a.id, item_id: item.id, output_index: outputIndex, content_index: 0 });
   return { characters: accepted ? characters : 0, audioOutMs: Math.floor(bytes / BYTES_PER_MS), held, failure };
 }

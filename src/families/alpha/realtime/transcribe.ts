@@ -1,4 +1,4 @@
-// A committed audio turn transcribed by the transcription upstream, billed by its duration as its own part of the session.
+// An audio turn (committed from the input buffer, or an input_audio part of a created item) transcribed by the transcription upstream, billed by its duration as its own part of the session.
 import { GatewayError } from '../../../errors.js';
 import { usage, type Usage } from '../../../exchange/usage.js';
 import { wav } from '../../../audio/pcm.js';
@@ -11,14 +11,15 @@ import { BYTES_PER_MS, POLICY, RATE, type Item, type Obj } from './protocol.js';
 const MAX_TRANSCRIPT_BYTES = 1 << 20;
 
 /**
- * Transcribes a committed turn with the transcription upstream (a WAV of it), billed by its
- * duration as its own part of the session. Failed: nothing billed, a `...transcription.failed` event.
+ * Transcribes a turn (the audio of `item`'s content part `contentIndex`) with the transcription
+ * upstream (a WAV of it), billed by its duration as its own part of the session; the transcript is
+ * the part's. Failed: nothing billed, a `...transcription.failed` event.
  */
-export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer): Promise<boolean> {
+export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, contentIndex = 0): Promise<boolean> {
   const stt = ctx.audio.stt!;
   const u: Usage = usage({ audioInMs: Math.floor(pcm.length / BYTES_PER_MS), basis: 'exact' });
   const cost = ctx.charge.cost(u);
-  const failed = (e: GatewayError) => ctx.emit({ type: 'conversation.item.input_audio_transcription.failed', item_id: item.id, content_index: 0,
+  const failed = (e: GatewayError) => ctx.emit({ type: 'conversation.item.input_audio_transcription.failed', item_id: item.id, content_index: contentIndex,
     error: { type: e.type, code: e.code, message: e.message, param: e.param ?? null } });
   try {
     await ctx.charge.extend(cost);
@@ -66,8 +67,8 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer): 
     return false;
   }
   await ctx.charge.settle(u, { seq, final: false, covers: cost, extra: { transcription: stt.id } });
-  (item.content![0] as Obj).transcript = text;
-  await ctx.emit({ type: 'conversation.item.input_audio_transcription.completed', item_id: item.id, content_index: 0, transcript: text,
+  (item.content![contentIndex] as Obj).transcript = text;
+  await ctx.emit({ type: 'conversation.item.input_audio_transcription.completed', item_id: item.id, content_index: contentIndex, transcript: text,
     usage: { type: 'duration', seconds: u.audioInMs / 1000 } });
   return true;
 }
