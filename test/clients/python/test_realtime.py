@@ -21,7 +21,7 @@ def ws_client(gateway: Gateway, key: str, base: str) -> openai.OpenAI:
 
 def text_turn(conn, text: str):
     conn.conversation.item.create(item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
-    conn.response.create()
+    conn.response.create(response={"output_modalities": ["text"]})  # sessions start with audio out
     deltas: list[str] = []
     for event in conn:
         if event.type == "response.output_text.delta":
@@ -38,6 +38,7 @@ def test_a_text_turn_streams_the_reply_and_bills_exactly_its_usage(gateway: Gate
     with ws_client(gateway, account.key, base).realtime.connect(model="sim-chat") as conn:
         created = conn.recv()
         assert created.type == "session.created"
+        assert created.session.output_modalities == ["audio"], "sessions start with audio out, as OpenAI's do"
         conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "instructions": "Answer briefly."})
         updated = conn.recv()
         assert updated.type == "session.updated"

@@ -7,10 +7,13 @@ import { RtError, type Obj } from './protocol.js';
 /** What a session's checks need of its model. */
 export type Limits = Pick<ModelConfig, 'id' | 'maxOutputTokens'>;
 
-/** The GA session a new socket starts with: text out (ask for audio), PCM 24 kHz formats, server VAD on. */
-export function defaultSession(id: string, model: string): Obj {
+/**
+ * The GA session a new socket starts with, as OpenAI's does: audio out (the reply spoken, with its
+ * transcript) where a speech model is configured, else text; PCM 24 kHz formats; server VAD on.
+ */
+export function defaultSession(id: string, model: string, audioOut: boolean): Obj {
   return {
-    type: 'realtime', object: 'realtime.session', id, model, output_modalities: ['text'], instructions: '',
+    type: 'realtime', object: 'realtime.session', id, model, output_modalities: [audioOut ? 'audio' : 'text'], instructions: '',
     audio: {
       input: { format: { type: 'audio/pcm', rate: 24000 }, transcription: null, noise_reduction: null,
         turn_detection: { type: 'server_vad', threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500, create_response: true, interrupt_response: true, idle_timeout_ms: null } },
