@@ -72,7 +72,7 @@ try {
   await Promise.all(sessions.map(async (s, i) => {
     const a = performance.now();
     s.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: `Session ${i} says hello.` }] } });
-    s.send({ type: 'response.create', response: { max_output_tokens: 16 } });
+    s.send({ type: 'response.create', response: { output_modalities: ['text'], max_output_tokens: 16 } }); // a text turn (sessions start with audio out)
     const done = await s.until((e) => e.type === 'response.done');
     latencies.push(performance.now() - a);
     if (done.response.status !== 'completed') throw new Error(`session ${i}: ${JSON.stringify(done.response.status_details)}`);

@@ -52,6 +52,9 @@ async function spentBecomes(gw, account, before, spent) {
   return before - now;
 }
 
+/** A text reply (sessions start with audio out, as OpenAI's do). */
+const TEXT = { output_modalities: ['text'] };
+
 const userText = (text) => ({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
 
 test('a text turn: item created, the reply streamed as output_text deltas, response.done with usage, billed exactly that usage', async (t) => {
@@ -66,7 +69,7 @@ test('a text turn: item created, the reply streamed as output_text deltas, respo
   const item = await s.until((e) => e.type === 'conversation.item.created');
   assert.equal(item.item.role, 'user');
   assert.equal(item.item.content[0].text, 'Say hello to the realtime gateway.');
-  s.send({ type: 'response.create' });
+  s.send({ type: 'response.create', response: TEXT });
   const done = await s.until((e) => e.type === 'response.done');
   assert.equal(done.response.status, 'completed');
   const types = s.events.map((e) => e.type);
@@ -81,7 +84,7 @@ test('a text turn: item created, the reply streamed as output_text deltas, respo
   assert.equal(u.total_tokens, u.input_tokens + u.output_tokens);
   // A second turn sees the first: its prompt is longer, and it is billed too.
   s.send(userText('And again.'));
-  s.send({ type: 'response.create' });
+  s.send({ type: 'response.create', response: TEXT });
   const done2 = await s.until((e) => e.type === 'response.done' && e.response.id !== done.response.id);
   assert.ok(done2.response.usage.input_tokens > u.input_tokens, 'the conversation carries the first turn');
   const expected = priceNano(u.input_tokens, u.output_tokens) + priceNano(done2.response.usage.input_tokens, done2.response.usage.output_tokens);
@@ -199,7 +202,7 @@ test('a socket dropped mid-response is billed for the prompt and the output prod
   const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-token-delay-ms': '40' } });
   await s.until((e) => e.type === 'session.created');
   s.send(userText('Tell me a long story about gateways.'));
-  s.send({ type: 'response.create', response: { max_output_tokens: 400 } });
+  s.send({ type: 'response.create', response: { ...TEXT, max_output_tokens: 400 } });
   await s.until((e) => e.type === 'response.output_text.delta');
   await new Promise((r) => setTimeout(r, 200));
   s.ws.terminate();
@@ -224,7 +227,7 @@ test('response.cancel stops the response: status cancelled, billed for what was 
   const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-token-delay-ms': '40' } });
   await s.until((e) => e.type === 'session.created');
   s.send(userText('Tell me a long story about gateways.'));
-  s.send({ type: 'response.create', response: { max_output_tokens: 400 } });
+  s.send({ type: 'response.create', response: { ...TEXT, max_output_tokens: 400 } });
   await s.until((e) => e.type === 'response.output_text.delta');
   s.send({ type: 'response.cancel' });
   const done = await s.until((e) => e.type === 'response.done');
@@ -249,7 +252,7 @@ test('an ephemeral client secret opens a session from the browser subprotocol, w
   const gw = await startGateway(t, OPTS);
   const { key, account } = await gw.account('1');
   const before = await balanceNano(gw, account);
-  const m = await mint(gw, key, { session: { type: 'realtime', model: 'sim-chat', instructions: 'Minted instructions.' } });
+  const m = await mint(gw, key, { session: { type: 'realtime', model: 'sim-chat', instructions: 'Minted instructions.', output_modalities: ['text'] } });
   assert.equal(m.status, 200, JSON.stringify(m.body));
   assert.match(m.body.value, /^ek_/);
   const now = Math.floor(Date.now() / 1000);
@@ -261,6 +264,7 @@ test('an ephemeral client secret opens a session from the browser subprotocol, w
   const created = await s.until((e) => e.type === 'session.created');
   assert.equal(created.session.instructions, 'Minted instructions.');
   assert.equal(created.session.model, 'sim-chat');
+  assert.deepEqual(created.session.output_modalities, ['text'], 'as minted');
   s.send(userText('Hello from a browser.'));
   s.send({ type: 'response.create' });
   const done = await s.until((e) => e.type === 'response.done');
@@ -333,7 +337,7 @@ test('a model of kind realtime runs its text turns on its upstream_model (a chat
   assert.ok(s.ws, JSON.stringify(s.refused));
   assert.equal((await s.until((e) => e.type === 'session.created')).session.model, 'sim-realtime');
   s.send(userText('Hello, realtime model.'));
-  s.send({ type: 'response.create' });
+  s.send({ type: 'response.create', response: TEXT });
   const done = await s.until((e) => e.type === 'response.done');
   assert.equal(done.response.status, 'completed');
   const u = done.response.usage;
@@ -355,7 +359,7 @@ test('a session whose balance runs out is told with an error event and closed wi
   let err = null;
   for (let i = 0; i < 40 && !err; i++) {
     const from = s.events.length;
-    s.send({ type: 'response.create', response: { conversation: 'none', max_output_tokens: 300,
+    s.send({ type: 'response.create', response: { ...TEXT, conversation: 'none', max_output_tokens: 300,
       input: [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: `Tell me a long story, part ${i}.` }] }] } });
     const done = await s.until((e) => e.type === 'response.done', from);
     if (done.response.status === 'completed') billed += priceNano(done.response.usage.input_tokens, done.response.usage.output_tokens);
@@ -525,7 +529,7 @@ test('response.create refuses what it would not act on (an unknown field, a stor
     assert.equal(err.error.param, param);
   }
   assert.equal(s.events.filter((e) => e.type === 'response.created').length, 0, 'no response ran');
-  s.send({ type: 'response.create', response: { prompt: null, metadata: { topic: 'x' } } });
+  s.send({ type: 'response.create', response: { ...TEXT, prompt: null, metadata: { topic: 'x' } } });
   const done = await s.until((e) => e.type === 'response.done');
   assert.equal(done.response.status, 'completed');
   assert.deepEqual(done.response.metadata, { topic: 'x' });
@@ -534,4 +538,143 @@ test('response.create refuses what it would not act on (an unknown field, a stor
   assert.equal(await spentBecomes(gw, account, before, expected), expected);
   s.ws.close();
   await s.closed;
+});
+
+test('an input_audio part in conversation.item.create is transcribed (billed by its duration) and the reply answers its transcript; audio in other places is refused', async (t) => {
+  const { synth } = await import('../dist/sim/speech.js');
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  const said = 'Where is the nearest train station?';
+  const speech = synth(said);
+  const audio = Buffer.from(speech.buffer, speech.byteOffset, speech.byteLength).toString('base64');
+  s.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_audio', audio }] } });
+  const created = await s.until((e) => e.type === 'conversation.item.created');
+  assert.deepEqual(created.item.content, [{ type: 'input_audio', transcript: null }], 'the audio itself is not echoed');
+  s.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  const heard = await s.until((e) => e.type === 'conversation.item.input_audio_transcription.completed');
+  assert.equal(heard.item_id, created.item.id);
+  assert.equal(heard.content_index, 0);
+  assert.equal(heard.transcript, said);
+  assert.deepEqual(heard.usage, { type: 'duration', seconds: speech.length / 24_000 });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  // The response was queued behind the transcription: its prompt is the transcript, token for token.
+  const { chatPromptTokens } = await import('../dist/meter/tokens.js');
+  assert.equal(done.response.usage.input_tokens, chatPromptTokens([{ role: 'user', content: said }]));
+  s.send({ type: 'conversation.item.retrieve', item_id: created.item.id });
+  assert.deepEqual((await s.until((e) => e.type === 'conversation.item.retrieved')).item.content, [{ type: 'input_audio', transcript: said }]);
+  const u = done.response.usage;
+  const expected = BigInt(speech.length / 24) * SIM_STT_ND_PER_MS + priceNano(u.input_tokens, u.output_tokens);
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed the audio\'s duration and the response\'s tokens');
+  const refusals = [
+    [{ type: 'message', role: 'assistant', content: [{ type: 'input_audio', audio }] }, 'unsupported_parameter', 'item.content[0].type'],
+    [{ type: 'message', role: 'user', content: [{ type: 'input_audio', audio: '' }] }, 'invalid_value', 'item.content[0].audio'],
+    [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hi' }, { type: 'input_audio', audio: 'AAAA' }] }, 'invalid_value', 'item.content[1].audio'],
+  ];
+  for (const [item, code, param] of refusals) {
+    const from = s.events.length;
+    s.send({ type: 'conversation.item.create', item });
+    const err = await s.until((e) => e.type === 'error', from);
+    assert.equal(err.error.code, code, JSON.stringify(err));
+    assert.equal(err.error.param, param);
+  }
+  const from = s.events.length;
+  s.send({ type: 'response.create', response: { conversation: 'none', input: [{ type: 'message', role: 'user', content: [{ type: 'input_audio', audio }] }] } });
+  assert.equal((await s.until((e) => e.type === 'error', from)).error.param, 'response.input[0].content[0].type', 'out-of-band input takes text only');
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'nothing refused was billed');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+/** What the user heard of `text` spoken at sim's 60 ms a character, cut at `ms`: whole words only. */
+function heardAt(text, ms) {
+  const chars = [...text];
+  let n = Math.min(chars.length, Math.floor(ms / 60));
+  if (n < chars.length && !/\s/.test(chars[n])) while (n > 0 && !/\s/.test(chars[n - 1])) n--;
+  return chars.slice(0, n).join('').trimEnd();
+}
+
+test('conversation.item.truncate cuts a spoken reply to what was heard: conversation.item.truncated, the item\'s transcript and the next prompt hold only the words heard', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await s.until((e) => e.type === 'session.created');
+  s.send(userText('Tell me about the weather.'));
+  s.send({ type: 'response.create', response: { output_modalities: ['audio'], max_output_tokens: 40 } });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  const item = done.response.output[0];
+  const transcript = item.content[0].transcript;
+  const audioMs = Buffer.concat(s.events.filter((e) => e.type === 'response.output_audio.delta').map((e) => Buffer.from(e.delta, 'base64'))).length / 48;
+  assert.equal(audioMs, [...transcript].length * 60);
+  // Errors first: past the audio's end, a user item, a bad content_index; none changes the item.
+  for (const [ev, param] of [
+    [{ item_id: item.id, content_index: 0, audio_end_ms: audioMs + 1 }, 'audio_end_ms'],
+    [{ item_id: s.events.find((e) => e.type === 'conversation.item.created').item.id, content_index: 0, audio_end_ms: 0 }, 'item_id'],
+    [{ item_id: item.id, content_index: 1, audio_end_ms: 10 }, 'content_index'],
+    [{ item_id: 'item_nope', content_index: 0, audio_end_ms: 10 }, 'item_id'],
+  ]) {
+    const from = s.events.length;
+    s.send({ type: 'conversation.item.truncate', ...ev });
+    const err = await s.until((e) => e.type === 'error', from);
+    assert.equal(err.error.code, 'invalid_value');
+    assert.equal(err.error.param, param);
+  }
+  const cut = Math.floor(audioMs / 2) + 30;
+  s.send({ type: 'conversation.item.truncate', event_id: 'evt_cut', item_id: item.id, content_index: 0, audio_end_ms: cut });
+  const truncated = await s.until((e) => e.type === 'conversation.item.truncated');
+  assert.deepEqual({ item_id: truncated.item_id, content_index: truncated.content_index, audio_end_ms: truncated.audio_end_ms }, { item_id: item.id, content_index: 0, audio_end_ms: cut });
+  const heard = heardAt(transcript, cut);
+  assert.ok(heard.length > 0 && heard.length < transcript.length && transcript.startsWith(heard), `${heard} | ${transcript}`);
+  s.send({ type: 'conversation.item.retrieve', item_id: item.id });
+  assert.deepEqual((await s.until((e) => e.type === 'conversation.item.retrieved')).item.content, [{ type: 'output_audio', transcript: heard }]);
+  const n = s.events.length;
+  s.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  const next = await s.until((e) => e.type === 'response.done', n);
+  const { chatPromptTokens } = await import('../dist/meter/tokens.js');
+  assert.equal(next.response.usage.input_tokens, chatPromptTokens([{ role: 'user', content: 'Tell me about the weather.' }, { role: 'assistant', content: heard }]),
+    'the model sees only what was heard');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('sessions start with audio out, as OpenAI\'s do: session.created shows output_modalities ["audio"] and a plain response.create is spoken (billed its characters); a secret minted without modalities too; with no speech model configured, text', async (t) => {
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  const created = await s.until((e) => e.type === 'session.created');
+  assert.deepEqual(created.session.output_modalities, ['audio']);
+  assert.deepEqual(created.session.audio.output, { format: { type: 'audio/pcm', rate: 24000 }, voice: 'alloy', speed: 1 });
+  s.send(userText('Hello.'));
+  s.send({ type: 'response.create', response: { max_output_tokens: 20 } });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed');
+  assert.deepEqual(done.response.output_modalities, ['audio']);
+  const transcript = done.response.output[0].content[0].transcript;
+  assert.ok(transcript.length > 0);
+  const audio = Buffer.concat(s.events.filter((e) => e.type === 'response.output_audio.delta').map((e) => Buffer.from(e.delta, 'base64')));
+  assert.equal(audio.length, [...transcript].length * 60 * 48);
+  const u = done.response.usage;
+  const expected = priceNano(u.input_tokens, u.output_tokens) + BigInt([...transcript].length) * SIM_TTS_ND_PER_CHAR;
+  assert.equal(await spentBecomes(gw, account, before, expected), expected);
+  s.ws.close();
+  await s.closed;
+  const m = await mint(gw, key, { session: { type: 'realtime', model: 'sim-chat' } });
+  assert.equal(m.status, 200, JSON.stringify(m.body));
+  assert.deepEqual(m.body.session.output_modalities, ['audio']);
+  const minted = await mint(gw, key, { session: { type: 'realtime', model: 'sim-chat', output_modalities: ['audio'] } });
+  assert.equal(minted.status, 200, 'a secret may ask for audio where the gateway can speak');
+  const noTts = await startGateway(t, { ...OPTS, models: TEST_MODELS.filter((x) => x.kind !== 'tts') });
+  const other = await noTts.account('1');
+  const s2 = await connect(wsUrl(noTts), { headers: { authorization: `Bearer ${other.key}` } });
+  assert.deepEqual((await s2.until((e) => e.type === 'session.created')).session.output_modalities, ['text'], 'nothing to speak with: text');
+  s2.ws.close();
+  await s2.closed;
+  await assertInvariants(assert, gw, account);
 });

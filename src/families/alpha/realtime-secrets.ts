@@ -8,7 +8,9 @@ import { invalidKey } from '../../gate/auth.js';
 import { base62, hashKey } from '../../store/ids.js';
 import type { KeyRecord } from '../../store/keys.js';
 import { compile, parseJson } from '../validate.js';
-import { chatOrRealtime, defaultSession, RtError, updatedSession } from './realtime.js';
+import { audioCaps, audioModels, chatOrRealtime } from './realtime/models.js';
+import { RtError } from './realtime/protocol.js';
+import { defaultSession, updatedSession } from './realtime/session-config.js';
 
 /** OpenAI's bounds: 10 s to 2 h, 10 minutes when not said. */
 const MIN_S = 10;
@@ -64,8 +66,10 @@ function effective(s: Services, session: Record<string, unknown>): Record<string
   if (name !== undefined && typeof name !== 'string') throw badSession('invalid_value', 'session.model', 'session.model must be a string.');
   const model = typeof name === 'string' ? chatOrRealtime(s, name) : null;
   try {
-    const base = defaultSession('', model?.id ?? '');
-    return updatedSession(base, { ...session, model: undefined }, model ?? { id: '', maxOutputTokens: Number.MAX_SAFE_INTEGER });
+    // Checked against the models this gateway has, as the session it opens will be (audio out needs a speech model).
+    const caps = audioCaps(s, audioModels(s));
+    const base = defaultSession('', model?.id ?? '', caps.audioOut);
+    return updatedSession(base, { ...session, model: undefined }, model ?? { id: '', maxOutputTokens: Number.MAX_SAFE_INTEGER }, caps);
   } catch (e) {
     if (e instanceof RtError) throw badSession(e.code as ErrorCode, e.param, e.message);
     throw e;

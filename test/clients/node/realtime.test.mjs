@@ -35,7 +35,7 @@ function open(client, model = 'sim-chat') {
 async function textTurn(c, text) {
   const from = c.events.length;
   c.rt.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
-  c.rt.send({ type: 'response.create' });
+  c.rt.send({ type: 'response.create', response: { output_modalities: ['text'] } }); // sessions start with audio out
   const done = await c.until((e) => e.type === 'response.done', from);
   const deltas = c.events.slice(from).filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join('');
   return { done, deltas };

@@ -21,7 +21,7 @@ def ws_client(gateway: Gateway, key: str, base: str) -> openai.OpenAI:
 
 def text_turn(conn, text: str):
     conn.conversation.item.create(item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
-    conn.response.create()
+    conn.response.create(response={"output_modalities": ["text"]})  # sessions start with audio out
     deltas: list[str] = []
     for event in conn:
         if event.type == "response.output_text.delta":
@@ -38,6 +38,7 @@ def test_a_text_turn_streams_the_reply_and_bills_exactly_its_usage(gateway: Gate
     with ws_client(gateway, account.key, base).realtime.connect(model="sim-chat") as conn:
         created = conn.recv()
         assert created.type == "session.created"
+        assert created.session.output_modalities == ["audio"], "sessions start with audio out, as OpenAI's do"
         conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "instructions": "Answer briefly."})
         updated = conn.recv()
         assert updated.type == "session.updated"
@@ -132,6 +133,68 @@ def test_an_audio_turn_is_heard_by_server_vad_transcribed_and_answered_in_speech
     text = "".join(transcript_out)
     assert text and response.output[0].content[0].transcript == text
     assert len(audio) == len(text) * 60 * 48
+    usage = response.usage
+    spent = (len(said) * 15_000 + round(heard_seconds * 1000) * 100
+             + price_nano(usage.input_tokens, usage.output_tokens) + len(text) * 15_000)
+    gateway.assert_debited(account.key, before, spent)
+
+
+def heard_at(text: str, ms: int) -> str:
+    """What was heard of `text` spoken at sim's 60 ms a character, cut at `ms`: whole words only."""
+    n = min(len(text), ms // 60)
+    if n < len(text) and not text[n].isspace():
+        while n > 0 and not text[n - 1].isspace():
+            n -= 1
+    return text[:n].rstrip()
+
+
+def test_an_input_audio_item_is_transcribed_and_answered_and_a_spoken_reply_truncates_to_what_was_heard(gateway: Gateway, account: Account):
+    """conversation.item.create with an input_audio part (sim's speech fetched as 24 kHz PCM): transcribed,
+    billed by its duration, answered in speech; conversation.item.truncate then cuts the reply's transcript
+    to the words heard by audio_end_ms. Billed: the speech fetched, the audio in, the tokens, the characters."""
+    import base64
+
+    said = "Which platform does the train leave from?"
+    client = ws_client(gateway, account.key, "/v1")
+    before = gateway.balance(account.key)
+    pcm = client.audio.speech.create(model="tts-1", voice="alloy", input=said, response_format="pcm").content
+    with client.realtime.connect(model="sim-chat") as conn:
+        assert conn.recv().type == "session.created"
+        conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
+        assert conn.recv().type == "session.updated"
+        conn.conversation.item.create(item={"type": "message", "role": "user",
+                                            "content": [{"type": "input_audio", "audio": base64.b64encode(pcm).decode()}]})
+        conn.response.create(response={"max_output_tokens": 30})
+        transcript_in = None
+        heard_seconds = 0.0
+        audio = bytearray()
+        for event in conn:
+            if event.type == "error":
+                raise AssertionError(f"error event: {event.error}")
+            if event.type == "conversation.item.created":
+                assert event.item.content[0].type == "input_audio" and event.item.content[0].transcript is None
+            elif event.type == "conversation.item.input_audio_transcription.completed":
+                transcript_in = event.transcript
+                heard_seconds = event.usage.seconds
+            elif event.type == "response.output_audio.delta":
+                audio += base64.b64decode(event.delta)
+            elif event.type == "response.done":
+                response = event.response
+                break
+        assert transcript_in == said
+        assert response.status == "completed"
+        item = response.output[0]
+        text = item.content[0].transcript
+        assert len(audio) == len(text) * 60 * 48
+        cut = len(audio) // 48 // 2 + 30
+        conn.conversation.item.truncate(item_id=item.id, content_index=0, audio_end_ms=cut)
+        truncated = conn.recv()
+        assert truncated.type == "conversation.item.truncated", truncated
+        assert (truncated.item_id, truncated.content_index, truncated.audio_end_ms) == (item.id, 0, cut)
+        conn.conversation.item.retrieve(item_id=item.id)
+        retrieved = conn.recv()
+        assert retrieved.type == "conversation.item.retrieved"
+        assert retrieved.item.content[0].transcript == heard_at(text, cut)
     usage = response.usage
     spent = (len(said) * 15_000 + round(heard_seconds * 1000) * 100
              + price_nano(usage.input_tokens, usage.output_tokens) + len(text) * 15_000)

@@ -1,0 +1,43 @@
+// The realtime protocol's shared pieces: ids, close codes, the error a client event gets, PCM constants, and the item and response shapes a session keeps.
+import { base62 } from '../../../store/ids.js';
+import type { UpstreamCall } from '../../../proxy/upstream.js';
+
+export type Obj = Record<string, unknown>;
+
+/** A protocol id (`item_...`, `event_...`, `resp_...`, `call_...`). */
+export function rid(prefix: string): string { return `${prefix}_${base62(16)}`; }
+
+/** Close codes: 1001 going away, 1008 a policy refusal (balance, rate). */
+export const GOING_AWAY = 1001;
+export const POLICY = 1008;
+
+/** Older (beta) client event names, accepted as their GA names. */
+export const CLIENT_ALIASES: Record<string, string> = { 'transcription_session.update': 'session.update' };
+
+/** A client event refused: an `error` event naming the field; the session goes on unchanged. */
+export class RtError extends Error {
+  constructor(readonly code: string, readonly param: string | null, message: string, readonly type = 'invalid_request_error') { super(message); }
+}
+
+/** Realtime PCM: 16-bit mono at 24 kHz, 48 bytes a millisecond. */
+export const RATE = 24_000;
+export const BYTES_PER_MS = 48;
+
+export interface Item { id: string; type: string; role?: string; status?: string; content?: Obj[]; call_id?: string; name?: string; arguments?: string; output?: string; object?: string }
+
+/** A stretch of an assistant item's audio: the text spoken in it and how long its audio is. */
+export interface Spoken { text: string; ms: number; /** Its audio ended before the text was spoken (cancelled, dropped, failed). */ cut: boolean }
+
+/** The response under way. */
+export interface Active {
+  id: string;
+  call: UpstreamCall | null;
+  /** The ids of the items it outputs (they join the conversation when it is done). */
+  itemIds: string[];
+  /** Settles once the response is done and billed. */
+  finished: Promise<void> | null;
+  cancelled: boolean;
+  /** Why it was cancelled: the client asked, or the user started speaking (interrupt_response). */
+  cancelReason: 'client_cancelled' | 'turn_detected';
+  dropped: boolean;
+}

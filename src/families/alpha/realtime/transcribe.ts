@@ -1,0 +1,74 @@
+// An audio turn (committed from the input buffer, or an input_audio part of a created item) transcribed by the transcription upstream, billed by its duration as its own part of the session.
+import { GatewayError } from '../../../errors.js';
+import { usage, type Usage } from '../../../exchange/usage.js';
+import { wav } from '../../../audio/pcm.js';
+import { buildForm } from '../../../proxy/form.js';
+import { alpha } from '../family.js';
+import type { SessionContext } from './context.js';
+import { BYTES_PER_MS, POLICY, RATE, type Item, type Obj } from './protocol.js';
+
+/** The most transcription JSON read from an upstream. */
+const MAX_TRANSCRIPT_BYTES = 1 << 20;
+
+/**
+ * Transcribes a turn (the audio of `item`'s content part `contentIndex`) with the transcription
+ * upstream (a WAV of it), billed by its duration as its own part of the session; the transcript is
+ * the part's. Failed: nothing billed, a `...transcription.failed` event.
+ */
+export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, contentIndex = 0): Promise<boolean> {
+  const stt = ctx.audio.stt!;
+  const u: Usage = usage({ audioInMs: Math.floor(pcm.length / BYTES_PER_MS), basis: 'exact' });
+  const cost = ctx.charge.cost(u);
+  const failed = (e: GatewayError) => ctx.emit({ type: 'conversation.item.input_audio_transcription.failed', item_id: item.id, content_index: contentIndex,
+    error: { type: e.type, code: e.code, message: e.message, param: e.param ?? null } });
+  try {
+    await ctx.charge.extend(cost);
+  } catch (e) {
+    if (!(e instanceof GatewayError)) throw e;
+    await failed(e);
+    await ctx.error(e.code, e.message, null, null, e.type);
+    ctx.end(POLICY, e.code);
+    return false;
+  }
+  const seq = ++ctx.seq;
+  const t = ((ctx.session.audio as { input: Obj }).input.transcription as Obj | null) ?? {};
+  const form = buildForm([
+    { name: 'model', value: stt.upstreamModel }, { name: 'response_format', value: 'json' },
+    ...(typeof t.language === 'string' ? [{ name: 'language', value: t.language }] : []),
+    ...(typeof t.prompt === 'string' ? [{ name: 'prompt', value: t.prompt }] : []),
+    { name: 'file', filename: 'turn.wav', contentType: 'audio/wav', data: wav(pcm, RATE) },
+  ]);
+  let text: string | null = null;
+  let failure: GatewayError | null = null;
+  try {
+    const call = ctx.s.upstreams.call(stt.upstream, 'POST', '/v1/audio/transcriptions', { ...ctx.headers, 'content-type': form.contentType, accept: 'application/json' },
+      form.body, `${ctx.socket.id}-${seq}`);
+    const res = await call.response;
+    if (res.statusCode !== 200) {
+      failure = await alpha.upstreamError(res, `${ctx.socket.id}-${seq}`);
+    } else {
+      const parts: Buffer[] = [];
+      let size = 0;
+      for await (const c of res) {
+        size += (c as Buffer).length;
+        if (size > MAX_TRANSCRIPT_BYTES) { call.abort(); break; }
+        parts.push(c as Buffer);
+      }
+      const j = JSON.parse(Buffer.concat(parts).toString('utf8')) as Obj;
+      if (typeof j.text !== 'string') throw new Error('no text');
+      text = j.text;
+    }
+  } catch (e) {
+    failure = e instanceof GatewayError ? e : new GatewayError({ status: 502, code: 'upstream_error', message: 'The transcription upstream failed or answered without a transcript.' });
+  }
+  if (text === null) {
+    await ctx.charge.settle(usage({ basis: 'exact' }), { seq, final: false, covers: cost });
+    await failed(failure ?? new GatewayError({ status: 502, code: 'upstream_error', message: 'The transcription upstream failed.' }));
+    return false;
+  }
+  await ctx.charge.settle(u, { seq, final: false, covers: cost, extra: { transcription: stt.id } });
+  (item.content![contentIndex] as Obj).transcript = text;
+  await ctx.emit({ type: 'conversation.item.input_audio_transcription.completed', item_id: item.id, content_index: contentIndex, transcript: text,
+    usage: { type: 'duration', seconds: u.audioInMs / 1000 } });
+  return true;
+}
