@@ -21,6 +21,7 @@ import { Vad } from '../../audio/vad.js';
 import { int16, wav } from '../../audio/pcm.js';
 import { buildForm } from '../../proxy/form.js';
 import { OPENAI_VOICES, presetVoice } from '../../resolve/voices.js';
+import { openPassthrough } from './realtime-passthrough.js';
 
 type Obj = Record<string, unknown>;
 
@@ -60,6 +61,8 @@ export function realtimeRoute(s: Services, secrets?: SecretAuthenticator): Socke
       const minted = presented === null ? undefined : grants.get(presented);
       if (presented !== null) grants.delete(presented);
       const model = realtimeModel(s, req, minted);
+      // A realtime model whose upstream speaks the protocol itself: relayed, not run as a cascade.
+      if (model.passthrough) return openPassthrough(s, req, key!, socket, model, minted);
       const audio = audioModels(s);
       // The session is admitted now (balance, ceiling, rpm, its concurrency slot) with nothing held.
       const charge = await Charge.open(s, { key: key!, id: socket.id, model: { id: model.id, prices: sessionPrices(model, audio) }, reason: 'realtime',
