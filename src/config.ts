@@ -37,6 +37,7 @@ const Upstream = Type.Object({
   responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
   prompt_progress: Type.Boolean({ default: false, description: 'the upstream streams prompt progress on request (llama.cpp return_progress): a stream cut before its usage is billed its prompt count' }),
+  realtime_api: Type.Boolean({ default: false, description: 'the upstream serves OpenAI\'s realtime WebSocket protocol at /v1/realtime itself: its realtime models are passed through, metered from its response.done' }),
   forward_headers: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9-]+\\*?$' }), { description: 'client headers passed on besides content-type and accept (a trailing * matches a prefix)' })),
   speech_formats: Type.Optional(Type.Array(Type.Union(SPEECH_FORMATS.map((f) => Type.Literal(f))), { minItems: 1, uniqueItems: true,
     description: 'the response_format values its /v1/audio/speech makes (default: all six); Tollgate makes the others from its pcm or wav' })),
@@ -60,6 +61,9 @@ const Model = Type.Object({
   audio_in_per_second: Type.Optional(Dollars),
   audio_out_per_minute: Type.Optional(Dollars),
   audio_out_per_second: Type.Optional(Dollars),
+  audio_input_per_mtok: Type.Optional(Dollars),
+  audio_output_per_mtok: Type.Optional(Dollars),
+  cached_input_per_mtok: Type.Optional(Dollars),
   max_output_tokens: Type.Integer({ minimum: 1, default: 8192 }),
   batch_discount_percent: Type.Integer({ minimum: 0, maximum: 100, default: 0, description: 'batch lines cost the live prices less this percentage' }),
   voice_cloning: Type.Boolean({ default: false, description: 'a tts model whose upstream clones voices from samples (docs/upstreams.md): cloned voices synthesize with it' }),
@@ -134,6 +138,8 @@ export interface ModelConfig {
   voiceCloning: boolean;
   /** The beta speech parameters its upstream honours (sent on); any other one is refused. */
   speechParams: readonly SpeechParam[];
+  /** A realtime model on a `realtime_api` upstream: its sessions are relayed to the upstream's own realtime socket. */
+  passthrough: boolean;
 }
 
 export interface UpstreamConfig {
@@ -146,6 +152,8 @@ export interface UpstreamConfig {
   /** Streams are asked for llama.cpp's `prompt_progress` reports, whose `total` is the prompt's token count. */
   promptProgress: boolean;
   responsesApi: boolean;
+  /** Serves the realtime WebSocket protocol at /v1/realtime itself (a pass-through target). */
+  realtimeApi: boolean;
   /** Client headers passed on besides content-type and accept: exact names, and prefixes (ending in `*`). */
   forwardHeaders: { names: string[]; prefixes: string[] };
   /** What its /v1/audio/speech makes: the formats, and the sample rate of its `pcm`. */
@@ -256,7 +264,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     upstreams.set(name, {
       name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0, transcription: simTranscription(u.sim.transcription) } : undefined,
       apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
-      continuousUsage: u.continuous_usage_stats || Boolean(u.sim), promptProgress: u.prompt_progress, responsesApi: u.responses_api,
+      continuousUsage: u.continuous_usage_stats || Boolean(u.sim), promptProgress: u.prompt_progress, responsesApi: u.responses_api, realtimeApi: u.realtime_api,
       // An in-process sim takes its test controls (x-sim-*) unless told otherwise.
       forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
       speech: { formats: Object.freeze([...(u.speech_formats ?? SPEECH_FORMATS)]), pcmRate: u.speech_pcm_rate },
@@ -272,11 +280,15 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     }
     if (m.voice_cloning && m.kind !== 'tts') fail(`/models/${i}/voice_cloning`, 'only a tts model clones voices');
     if (m.speech_params.length > 0 && m.kind !== 'tts') fail(`/models/${i}/speech_params`, 'only a tts model takes speech parameters');
-    const prices = unitPrices(m, i, fail);
+    const passthrough = m.kind === 'realtime' && upstreams.get(m.upstream)!.realtimeApi;
+    for (const f of ['audio_input_per_mtok', 'audio_output_per_mtok', 'cached_input_per_mtok'] as const) {
+      if (m[f] !== undefined && !passthrough) fail(`/models/${i}/${f}`, 'only a realtime model on a realtime_api upstream is billed audio or cached tokens');
+    }
+    const prices = unitPrices(m, i, fail, passthrough);
     return {
       id: m.id, upstream: m.upstream, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
       description: m.description, simulated: m.simulated, prices, batchPrices: discounted(prices, m.batch_discount_percent),
-      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning, speechParams: m.speech_params,
+      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning, speechParams: m.speech_params, passthrough,
     };
   });
   const realtimeModel = (field: 'transcription_model' | 'speech_model', kind: 'stt' | 'tts'): string | undefined => {
@@ -357,6 +369,8 @@ function discounted(p: UnitPrices, percent: number): UnitPrices {
   return {
     inputPerMTok: (p.inputPerMTok * k) / 100n, outputPerMTok: (p.outputPerMTok * k) / 100n, perMChar: (p.perMChar * k) / 100n,
     audioInPerMinute: (p.audioInPerMinute * k) / 100n, audioOutPerMinute: (p.audioOutPerMinute * k) / 100n,
+    audioInputPerMTok: ((p.audioInputPerMTok ?? 0n) * k) / 100n, audioOutputPerMTok: ((p.audioOutputPerMTok ?? 0n) * k) / 100n,
+    cachedInputPerMTok: ((p.cachedInputPerMTok ?? 0n) * k) / 100n,
   };
 }
 
@@ -365,7 +379,7 @@ function headerRules(list: string[]): { names: string[]; prefixes: string[] } {
 }
 
 /** A model's unit prices; audio may be priced per minute or per second (not both), stored per minute. */
-function unitPrices(m: RawConfig['models'][number], i: number, fail: (field: string, msg: string) => never): UnitPrices {
+function unitPrices(m: RawConfig['models'][number], i: number, fail: (field: string, msg: string) => never, passthrough: boolean): UnitPrices {
   const d = (v: string | number | undefined) => (v === undefined ? 0n : dollarsToNano(v));
   const audio = (dir: 'in' | 'out') => {
     const perMinute = m[`audio_${dir}_per_minute`];
@@ -376,6 +390,9 @@ function unitPrices(m: RawConfig['models'][number], i: number, fail: (field: str
   const p: UnitPrices = {
     inputPerMTok: d(m.input_per_mtok), outputPerMTok: d(m.output_per_mtok), perMChar: d(m.per_mchar),
     audioInPerMinute: audio('in'), audioOutPerMinute: audio('out'),
+    // A pass-through's audio tokens have their own prices (required below); cached input defaults to the input price.
+    audioInputPerMTok: d(m.audio_input_per_mtok), audioOutputPerMTok: d(m.audio_output_per_mtok),
+    cachedInputPerMTok: m.cached_input_per_mtok === undefined ? d(m.input_per_mtok) : d(m.cached_input_per_mtok),
   };
   // A model must price the unit its kind is billed by, or every request would be free by mistake.
   const needs: Record<ModelKind, [keyof UnitPrices, string][]> = {
@@ -386,6 +403,11 @@ function unitPrices(m: RawConfig['models'][number], i: number, fail: (field: str
     sts: [['audioInPerMinute', 'audio_in_per_minute']],
     realtime: [['audioInPerMinute', 'audio_in_per_minute'], ['inputPerMTok', 'input_per_mtok'], ['outputPerMTok', 'output_per_mtok']],
   };
+  // A pass-through is billed the upstream's tokens (text and audio), not the cascade's audio minutes.
+  if (passthrough) {
+    needs.realtime = [['inputPerMTok', 'input_per_mtok'], ['outputPerMTok', 'output_per_mtok'],
+      ['audioInputPerMTok', 'audio_input_per_mtok'], ['audioOutputPerMTok', 'audio_output_per_mtok']];
+  }
   const raw = m as Record<string, unknown>;
   for (const [field, name] of needs[m.kind]) {
     const given = raw[name] !== undefined || (field === 'audioInPerMinute' && raw.audio_in_per_second !== undefined);

@@ -19,6 +19,13 @@ export interface Usage {
   audioInMs: number;
   /** Audio produced (realtime output), milliseconds. */
   audioOutMs: number;
+  /**
+   * A realtime upstream's tokens by modality (a pass-through's `response.done`), kept apart from
+   * inputTokens and outputTokens, which then count the text (and image) tokens not cached.
+   */
+  audioInputTokens: number;
+  audioOutputTokens: number;
+  cachedInputTokens: number;
   basis: UsageBasis;
 }
 
@@ -28,12 +35,14 @@ export type UsageInit = Partial<Omit<Usage, 'basis'>> & { basis: UsageBasis };
 export function usage(u: UsageInit): Usage {
   return {
     inputTokens: whole(u.inputTokens), outputTokens: whole(u.outputTokens), reasoningTokens: whole(u.reasoningTokens),
-    characters: whole(u.characters), audioInMs: whole(u.audioInMs), audioOutMs: whole(u.audioOutMs), basis: u.basis,
+    characters: whole(u.characters), audioInMs: whole(u.audioInMs), audioOutMs: whole(u.audioOutMs),
+    audioInputTokens: whole(u.audioInputTokens), audioOutputTokens: whole(u.audioOutputTokens), cachedInputTokens: whole(u.cachedInputTokens), basis: u.basis,
   };
 }
 
 export function isZero(u: Usage): boolean {
-  return u.inputTokens === 0 && u.outputTokens === 0 && u.characters === 0 && u.audioInMs === 0 && u.audioOutMs === 0;
+  return u.inputTokens === 0 && u.outputTokens === 0 && u.characters === 0 && u.audioInMs === 0 && u.audioOutMs === 0
+    && u.audioInputTokens === 0 && u.audioOutputTokens === 0 && u.cachedInputTokens === 0;
 }
 
 /** The ledger's `usage` column: the units that are not zero, in the API's own names, and the basis. */
@@ -43,6 +52,9 @@ export function usageRecord(u: Usage, extra: Record<string, unknown> = {}): Reco
   if (u.characters) r.characters = u.characters;
   if (u.audioInMs) r.audio_seconds_in = u.audioInMs / 1000;
   if (u.audioOutMs) r.audio_seconds_out = u.audioOutMs / 1000;
+  if (u.audioInputTokens) r.audio_input_tokens = u.audioInputTokens;
+  if (u.audioOutputTokens) r.audio_output_tokens = u.audioOutputTokens;
+  if (u.cachedInputTokens) r.cached_input_tokens = u.cachedInputTokens;
   r.basis = u.basis;
   return { ...r, ...extra };
 }

@@ -8,6 +8,13 @@ export interface UnitPrices {
   perMChar: bigint;
   audioInPerMinute: bigint;
   audioOutPerMinute: bigint;
+  /**
+   * Audio and cached tokens as a realtime upstream reports them (per 1M tokens; absent: zero). Only
+   * a realtime pass-through's usage has such tokens; its config fills all three.
+   */
+  audioInputPerMTok?: bigint;
+  audioOutputPerMTok?: bigint;
+  cachedInputPerMTok?: bigint;
 }
 
 /** What a price applies to (the exchange's Usage has these fields). */
@@ -17,6 +24,10 @@ export interface Units {
   characters: number;
   audioInMs: number;
   audioOutMs: number;
+  /** Tokens a realtime upstream reports by modality, apart from inputTokens and outputTokens (absent: zero). */
+  audioInputTokens?: number;
+  audioOutputTokens?: number;
+  cachedInputTokens?: number;
 }
 
 // Per million (tokens, characters) and per 60,000 ms share the denominator 3,000,000.
@@ -29,7 +40,9 @@ const PER_MINUTE_MS = DENOM / 60_000n;   // 50
  * then rounded up once, so the charge is never below the exact price and at most 1 nanodollar above.
  */
 export function price(p: UnitPrices, u: Units): Nanodollars {
-  const num = (BigInt(u.inputTokens) * p.inputPerMTok + BigInt(u.outputTokens) * p.outputPerMTok + BigInt(u.characters) * p.perMChar) * PER_MILLION
+  const num = (BigInt(u.inputTokens) * p.inputPerMTok + BigInt(u.outputTokens) * p.outputPerMTok + BigInt(u.characters) * p.perMChar
+    + BigInt(u.audioInputTokens ?? 0) * (p.audioInputPerMTok ?? 0n) + BigInt(u.audioOutputTokens ?? 0) * (p.audioOutputPerMTok ?? 0n)
+    + BigInt(u.cachedInputTokens ?? 0) * (p.cachedInputPerMTok ?? 0n)) * PER_MILLION
     + (BigInt(u.audioInMs) * p.audioInPerMinute + BigInt(u.audioOutMs) * p.audioOutPerMinute) * PER_MINUTE_MS;
   return nd(num <= 0n ? 0n : (num + DENOM - 1n) / DENOM);
 }

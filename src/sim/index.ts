@@ -11,6 +11,7 @@ import { OPENAI_VOICES } from '../resolve/voices.js';
 import { speech } from './speech.js';
 import { transcribe } from './transcribe.js';
 import type { SimTranscriptionOptions } from '../config-transcription.js';
+import { attachRealtime } from './realtime.js';
 
 export { countTokens } from './tokens.js';
 
@@ -134,6 +135,8 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
     req.on('data', (c: string) => { raw += c; });
     req.on('end', () => handle(req, res, path, raw));
   });
+  // WS /v1/realtime: the realtime protocol for text turns (a pass-through upstream).
+  const realtime = attachRealtime(server, models, defaultDelay);
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
 
@@ -149,7 +152,7 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
         url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
         port,
         stats: () => ({ ...stats }),
-        close: () => new Promise<void>((done) => { server.close(() => done()); server.closeAllConnections(); }),
+        close: () => new Promise<void>((done) => { realtime.close(); server.close(() => done()); server.closeAllConnections(); }),
       });
     });
   });

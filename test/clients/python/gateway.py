@@ -64,8 +64,9 @@ RENAMED_MODELS = [
 
 
 class Gateway:
-    def __init__(self, models: list[dict[str, Any]] | None = None) -> None:
-        """The embedded default; or, given `models`, a config file serving them from an in-process `sim`."""
+    def __init__(self, models: list[dict[str, Any]] | None = None, upstreams: dict[str, Any] | None = None) -> None:
+        """The embedded default; or, given `models`, a config file serving them from in-process `sim`s
+        (`upstreams`, by default one named `sim`)."""
         self.data_dir = tempfile.mkdtemp(prefix="tollgate-pyclient-")
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
@@ -74,7 +75,7 @@ class Gateway:
         if models is not None:
             path = Path(self.data_dir) / "config.json"
             path.write_text(json.dumps({
-                "upstreams": {"sim": {"sim": {}}}, "models": models,
+                "upstreams": upstreams or {"sim": {"sim": {}}}, "models": models,
                 "payments": {"provider": "sandbox", "allow_sandbox": True},
             }))
             self.config_args = ["--config", str(path)]

@@ -1,7 +1,10 @@
 """The official `openai` Python client's realtime helper (`client.realtime.connect`, the GA protocol over
 a WebSocket) against `tollgate serve`: a text turn billed exactly its usage, a session.update refused for
-G.711 audio with the session kept, and an ephemeral client secret minted with the client and used."""
+G.711 audio with the session kept, an ephemeral client secret minted with the client and used, and a text
+turn through a realtime pass-through (an upstream that speaks the protocol itself) billed its reported usage."""
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import openai
 import pytest
@@ -199,3 +202,41 @@ def test_an_input_audio_item_is_transcribed_and_answered_and_a_spoken_reply_trun
     spent = (len(said) * 15_000 + round(heard_seconds * 1000) * 100
              + price_nano(usage.input_tokens, usage.output_tokens) + len(text) * 15_000)
     gateway.assert_debited(account.key, before, spent)
+
+
+# A realtime model passed through to an upstream that speaks the realtime protocol itself (sim's /v1/realtime),
+# priced per token: $4 text in, $16 text out, $32 / $64 audio in / out per million.
+PASSTHROUGH = {"id": "sim-rt-pass", "upstream": "rt", "upstream_model": "sim-chat", "kind": "realtime",
+               "input_per_mtok": "4", "output_per_mtok": "16", "audio_input_per_mtok": "32",
+               "audio_output_per_mtok": "64", "max_output_tokens": 4096}
+
+
+@pytest.fixture(scope="module")
+def passthrough() -> Iterator[Gateway]:
+    models = [{"id": "sim-chat", "upstream": "sim", "kind": "chat", "input_per_mtok": "0.30", "output_per_mtok": "2.50"},
+              PASSTHROUGH]
+    gw = Gateway(models, upstreams={"sim": {"sim": {}}, "rt": {"sim": {}, "realtime_api": True}}).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def test_a_text_turn_through_the_realtime_pass_through_is_billed_the_upstreams_reported_usage(passthrough: Gateway):
+    account = passthrough.account("5")
+    before = passthrough.balance(account.key)
+    with ws_client(passthrough, account.key, "/v1").realtime.connect(model="sim-rt-pass") as conn:
+        created = conn.recv()
+        assert created.type == "session.created"
+        assert created.session.model == "sim-rt-pass"  # the upstream's own name (sim-chat) is not shown
+        conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "instructions": "Answer briefly."})
+        updated = conn.recv()
+        assert updated.type == "session.updated"
+        assert updated.session.instructions == "Answer briefly."
+        text, response = text_turn(conn, "Say hello through the pass-through.")
+    assert response.status == "completed"
+    assert text and response.output[0].content[0].text == text
+    usage = response.usage
+    assert usage.input_tokens > 0 and usage.output_tokens > 0
+    num = usage.input_tokens * 4_000_000_000 + usage.output_tokens * 16_000_000_000
+    passthrough.assert_debited(account.key, before, -(-num // 1_000_000))
