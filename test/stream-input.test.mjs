@@ -300,3 +300,30 @@ test('opus is made as the REST routes make it: each generation is Ogg Opus audio
   assert.ok(Math.abs(format.duration - [...text].length * 0.06) <= 0.05, `${format.duration} s`);
   await assertInvariants(assert, gw, account);
 });
+
+test('an upstream that fails before any audio closes with 1011 and bills nothing; one that breaks off after audio sends what it made, bills the generation and closes with 1011', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  // sim takes its test controls from the upgrade's x-sim-* headers (its upstream forwards them, as on the REST routes).
+  const failed = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key, 'x-sim-fail-status': '500' }, [
+    { text: ' ' }, { text: 'This text is never spoken. ', flush: true },
+  ]);
+  assert.equal(failed.code, 1011);
+  assert.match(failed.reason, /nothing was billed/);
+  assert.equal(failed.frames.filter((f) => f.audio).length, 0);
+  assert.equal(await balanceNano(gw, account), before, 'a generation that produced nothing bills nothing');
+  const text = 'This generation is cut off by its upstream after half a second of speech. ';
+  const cut = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key, 'x-sim-truncate-after': '2' }, [
+    { text: ' ' }, { text, flush: true },
+  ]);
+  assert.equal(cut.code, 1011);
+  assert.match(cut.reason, /the audio it produced was billed/);
+  const audio = cut.frames.filter((f) => f.audio);
+  assert.equal(audio.length, 1, 'what the upstream made before it broke off');
+  assert.equal(audio[0].alignment, null, 'untimed: the text it covers is not known');
+  const bytes = Buffer.from(audio[0].audio, 'base64').length;
+  assert.ok(bytes > 0 && bytes <= 0.5 * 16_000 * 2, `${bytes} bytes: at most sim's two 250 ms pieces, at 16 kHz`);
+  assert.equal(before - (await balanceNano(gw, account)), BigInt([...text].length) * PER_CHAR, 'the generation that produced audio is billed its characters');
+  await assertInvariants(assert, gw, account);
+});

@@ -1,6 +1,7 @@
 // WS /beta/v1/text-to-speech/{voice_id}/multi-stream-input: several contexts on one socket, each with its own text buffer and chunk schedule, billed per generation.
 import type { Services } from '../../services.js';
 import { GatewayError } from '../../errors.js';
+import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
@@ -53,7 +54,7 @@ class MultiStreamInput implements SessionHandler {
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
-    this.generations = o.plan ? new Generations(s, socket.id, o.plan) : null;
+    this.generations = o.plan ? new Generations(s, socket.id, o.plan, o.headers) : null;
   }
 
   opened(): void {
@@ -140,7 +141,11 @@ class MultiStreamInput implements SessionHandler {
   /** Queues one generation of a context behind the session's others (one at a time: see Generations). */
   private generate(ctx: Context, piece: string): void {
     if (!this.session || !this.generations) return;
-    ctx.tail = this.generations.run(this.session, piece, ctx.voiceSettings, (g) => this.deliver(ctx, g));
+    ctx.tail = this.generations.run(this.session, piece, ctx.voiceSettings, (g) => this.deliver(ctx, g)).catch((e: unknown) => {
+      // Not awaited by the message that queued it: a failure here is logged and ends the session, as a handler's would.
+      log('error', 'multi-stream-input generation failed', { session: this.socket.id, error: String((e as Error)?.stack ?? e) });
+      this.refuse(1011, 'internal error');
+    });
   }
 
   private async deliver(ctx: Context, g: Generated): Promise<void> {

@@ -40,6 +40,8 @@ export interface StreamOptions {
   formatError: { message: string; reason: string } | null;
   inactivityMs: number;
   autoMode: boolean;
+  /** The upgrade's headers: the upstream gets those its `forward_headers` names, as on the REST routes. */
+  headers: Record<string, string>;
 }
 
 export function streamOptions(req: UpgradeRequest): StreamOptions {
@@ -63,7 +65,7 @@ export function streamOptions(req: UpgradeRequest): StreamOptions {
   if (!Number.isFinite(t) || t <= 0 || t > INACTIVITY_MAX_S) {
     throw new GatewayError({ status: 422, code: 'invalid_value', param: 'inactivity_timeout', message: `inactivity_timeout must be a number of seconds from 1 to ${INACTIVITY_MAX_S}.` });
   }
-  return { modelId: q.get('model_id'), voiceId: req.params.voice_id!, plan, formatError, inactivityMs: t * 1000, autoMode: q.get('auto_mode') === 'true' };
+  return { modelId: q.get('model_id'), voiceId: req.params.voice_id!, plan, formatError, inactivityMs: t * 1000, autoMode: q.get('auto_mode') === 'true', headers: req.headers };
 }
 
 /** What a session speaks with and is billed on: a premade voice and the model `model_id` names, or the caller's cloned voice and its model. */
@@ -172,7 +174,8 @@ export class Generations {
   private seq = 0;
   private chain: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly s: Services, private readonly sessionId: string, private readonly plan: Production) {}
+  constructor(private readonly s: Services, private readonly sessionId: string, private readonly plan: Production,
+    private readonly headers: Record<string, string>) {}
 
   /** Generations queued and not yet delivered. */
   queued = 0;
@@ -226,7 +229,7 @@ export class Generations {
       const speed = (voiceSettings as { speed?: unknown } | undefined)?.speed;
       const body = { model: target.model.upstreamModel, input: text, voice: target.upstreamVoice, response_format: this.plan.upstreamFormat,
         ...(typeof speed === 'number' ? { speed } : {}) };
-      const call = this.s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { 'content-type': 'application/json' },
+      const call = this.s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
         Buffer.from(JSON.stringify(body)), `${this.sessionId}-${seq}`);
       const res = await call.response;
       if (res.statusCode !== 200) throw await beta.upstreamError(res, this.sessionId);

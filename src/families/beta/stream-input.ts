@@ -36,7 +36,7 @@ class StreamInput implements SessionHandler {
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
-    this.generations = o.plan ? new Generations(s, socket.id, o.plan) : null;
+    this.generations = o.plan ? new Generations(s, socket.id, o.plan, o.headers) : null;
   }
 
   opened(): void {
