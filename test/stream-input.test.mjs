@@ -280,9 +280,7 @@ test('mp3 is made as the REST routes make it: each generation is an mp3 at the f
   await assertInvariants(assert, gw, account);
 });
 
-// production() (src/families/beta/produce.ts) refuses opus_* until it has an Opus encoder: a session
-// asking for it is then closed with 1008 and the reason, as for a format outside the enumeration.
-test('opus is made as the REST routes make it: each generation is Ogg Opus audio', { skip: 'production() has no Opus encoder yet: opus_* formats are refused (1008) until the Opus encoder lands in produce.ts' }, async () => {
+test('opus is made as the REST routes make it: each generation is Ogg Opus audio', async () => {
   const gw = await gateway();
   const { key, account } = await gw.account('1');
   const text = 'Opus at forty eight kilohertz. ';

@@ -26,7 +26,7 @@ export function multiStreamInputRoute(s: Services): SocketRoute {
     keyInFirstFrame: true,
     async accept(req, key, socket) {
       const o = streamOptions(req);
-      const session = key ? await openSpeechSession(s, key, socket.id, o, REASON) : null;
+      const session = key && o.format ? await openSpeechSession(s, key, socket.id, o, REASON) : null;
       return new MultiStreamInput(s, socket, o, key, session);
     },
   };
@@ -54,7 +54,7 @@ class MultiStreamInput implements SessionHandler {
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
-    this.generations = o.plan ? new Generations(s, socket.id, o.plan, o.headers) : null;
+    this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
   }
 
   opened(): void {

@@ -11,7 +11,8 @@ import type { UpgradeRequest } from '../../server/ws.js';
 import { beta } from './family.js';
 import { betaPreset } from './presets.js';
 import { OUTPUT_FORMATS, type OutputFormat } from './schemas.js';
-import { production, UPSTREAM_PCM_RATE, type Production } from './produce.js';
+import { production, type Production } from './produce.js';
+import { queryParams } from './speech-params.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
 
 /** ElevenLabs' defaults: 20 s without text closes the socket (or, multi-context, the context); at most 180. */
@@ -34,42 +35,42 @@ export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f)
 export interface StreamOptions {
   modelId: string | null;
   voiceId: string;
-  /** How each generation's audio is made, as the REST routes make it; null when the format is refused. */
-  plan: Production | null;
+  /** The output format; null when it is refused. How it is made depends on the voice's upstream (openSpeechSession). */
+  format: OutputFormat | null;
   /** Why the format is refused (the session then closes with 1008 once open), and the close reason. */
   formatError: { message: string; reason: string } | null;
   inactivityMs: number;
   autoMode: boolean;
   /** The upgrade's headers: the upstream gets those its `forward_headers` names, as on the REST routes. */
   headers: Record<string, string>;
+  /** The query, for the speech parameters it may carry (seed, language_code, …: sent on or refused, speech-params.ts). */
+  query: Record<string, string>;
 }
 
 export function streamOptions(req: UpgradeRequest): StreamOptions {
   const q = req.query;
   const name = q.get('output_format') ?? 'mp3_44100_128';
-  let plan: Production | null = null;
-  let formatError: StreamOptions['formatError'] = null;
-  if (!(STREAM_FORMATS as readonly string[]).includes(name)) {
-    // An unknown format is refused after the upgrade, with 1008 and a reason, as the family does.
-    formatError = { message: `output_format "${name.slice(0, 40)}" is unknown; use one of ${STREAM_FORMATS.join(', ')}`, reason: 'invalid output_format' };
-  } else {
-    try {
-      plan = production(name as OutputFormat);
-    } catch (e) {
-      // A format of the enumeration this gateway cannot make (production() says why): refused the same way.
-      if (!(e instanceof GatewayError)) throw e;
-      formatError = { message: e.message, reason: 'unsupported output_format' };
-    }
-  }
+  const known = (STREAM_FORMATS as readonly string[]).includes(name);
+  // An unknown format is refused after the upgrade, with 1008 and a reason, as the family does.
+  const formatError: StreamOptions['formatError'] = known ? null
+    : { message: `output_format "${name.slice(0, 40)}" is unknown; use one of ${STREAM_FORMATS.join(', ')}`, reason: 'invalid output_format' };
   const t = Number(q.get('inactivity_timeout') ?? INACTIVITY_DEFAULT_S);
   if (!Number.isFinite(t) || t <= 0 || t > INACTIVITY_MAX_S) {
     throw new GatewayError({ status: 422, code: 'invalid_value', param: 'inactivity_timeout', message: `inactivity_timeout must be a number of seconds from 1 to ${INACTIVITY_MAX_S}.` });
   }
-  return { modelId: q.get('model_id'), voiceId: req.params.voice_id!, plan, formatError, inactivityMs: t * 1000, autoMode: q.get('auto_mode') === 'true', headers: req.headers };
+  return { modelId: q.get('model_id'), voiceId: req.params.voice_id!, format: known ? name as OutputFormat : null, formatError, inactivityMs: t * 1000,
+    autoMode: q.get('auto_mode') === 'true', headers: req.headers, query: Object.fromEntries(q.entries()) };
 }
 
 /** What a session speaks with and is billed on: a premade voice and the model `model_id` names, or the caller's cloned voice and its model. */
-export interface SpeechSession { target: SpeechTarget; charge: Charge }
+export interface SpeechSession {
+  target: SpeechTarget;
+  charge: Charge;
+  /** How each generation's audio is made from what the voice's upstream makes, as the REST routes make it. */
+  plan: Production;
+  /** The query's speech parameters the voice's model honours, sent on with every generation. */
+  extra: Record<string, unknown>;
+}
 
 /**
  * Resolves the voice for the key's account (another account's cloned voice is not found) and admits
@@ -77,9 +78,13 @@ export interface SpeechSession { target: SpeechTarget; charge: Charge }
  */
 export async function openSpeechSession(s: Services, key: KeyRecord, sessionId: string, o: StreamOptions, reason: string): Promise<SpeechSession> {
   const target = await speechTarget(s, key.accountId, o.voiceId, o.modelId, betaPreset);
+  // Refused before the session is admitted: a query parameter the model cannot honour, a format its upstream's audio cannot make.
+  const extra = queryParams(s.models.models, target.model, o.query);
+  if (!o.format) throw new Error('openSpeechSession: no output format (the caller refuses the session first)');
+  const plan = production(o.format, s.upstreams.config(target.model.upstream).speech);
   const charge = await Charge.open(s, { key, id: sessionId, model: target.model, reason,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0 } });
-  return { target, charge };
+  return { target, charge, plan, extra };
 }
 
 /** The key of a first frame (`xi_api_key`, `xi-api-key` or `authorization`), checked for the voice scope; a GatewayError says why not. */
@@ -174,8 +179,7 @@ export class Generations {
   private seq = 0;
   private chain: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly s: Services, private readonly sessionId: string, private readonly plan: Production,
-    private readonly headers: Record<string, string>) {}
+  constructor(private readonly s: Services, private readonly sessionId: string, private readonly headers: Record<string, string>) {}
 
   /** Generations queued and not yet delivered. */
   queued = 0;
@@ -208,7 +212,7 @@ export class Generations {
    * generation is billed whether the client stays to hear it or the upstream breaks off.
    */
   private async generate(session: SpeechSession, text: string, voiceSettings: unknown): Promise<Generated> {
-    const { charge, target } = session;
+    const { charge, target, plan, extra } = session;
     if (!charge.isOpen) return { ok: false, code: GOING_AWAY, reason: '', audio: null };
     const characters = [...text].length;
     const cost = price(target.model.prices, { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 });
@@ -220,14 +224,14 @@ export class Generations {
       throw e;
     }
     const seq = ++this.seq;
-    const meter = new SpeechMeter({ characters }, this.plan.encoder(), this.plan.contentType, {});
+    const meter = new SpeechMeter({ characters }, plan.encoder(), plan.contentType, {});
     const parts: Buffer[] = [];
     let pcmBytes = 0;
     let recorded = false;
     let failure: unknown = null;
     try {
       const speed = (voiceSettings as { speed?: unknown } | undefined)?.speed;
-      const body = { model: target.model.upstreamModel, input: text, voice: target.upstreamVoice, response_format: this.plan.upstreamFormat,
+      const body = { ...extra, model: target.model.upstreamModel, input: text, voice: target.upstreamVoice, response_format: plan.upstreamFormat,
         ...(typeof speed === 'number' ? { speed } : {}) };
       const call = this.s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
         Buffer.from(JSON.stringify(body)), `${this.sessionId}-${seq}`);
@@ -258,6 +262,6 @@ export class Generations {
       const billed = meter.produced ? 'the audio it produced was billed' : 'nothing was billed for this text';
       return { ok: false, code: UPSTREAM_FAILED, reason: `${err?.code ?? 'upstream_error'}: the speech upstream failed; ${billed}.`, audio: meter.produced ? audio : null };
     }
-    return { ok: true, audio, alignment: align(text, Math.round((pcmBytes / 2 / UPSTREAM_PCM_RATE) * 1000)) };
+    return { ok: true, audio, alignment: align(text, Math.round((pcmBytes / 2 / plan.pcmRate) * 1000)) };
   }
 }

@@ -20,7 +20,7 @@ export function streamInputRoute(s: Services): SocketRoute {
       const o = streamOptions(req);
       // With a key at the upgrade, the voice is resolved and the session admitted now (balance, ceiling,
       // rpm, its concurrency slot): a refusal is the HTTP error.
-      const session = key ? await openSpeechSession(s, key, socket.id, o, REASON) : null;
+      const session = key && o.format ? await openSpeechSession(s, key, socket.id, o, REASON) : null;
       return new StreamInput(s, socket, o, key, session);
     },
   };
@@ -36,7 +36,7 @@ class StreamInput implements SessionHandler {
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
-    this.generations = o.plan ? new Generations(s, socket.id, o.plan, o.headers) : null;
+    this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
   }
 
   opened(): void {
