@@ -54,6 +54,8 @@ export function journalPath(dataDir: string): string {
 
 export async function openServices(config: Config, dataDir: string): Promise<Services> {
   const c = config;
+  // looked for while the store opens (a child process: half a second on a loaded machine)
+  const finding = findFfmpeg();
   const db = c.databaseUrl ? await openPostgres(c.databaseUrl, c.poolSize) : await openPglite(dataDir);
   const cache = new StateCache(db);
   await cache.init();
@@ -85,7 +87,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
     cache, limiter, metrics, defaultRpm: c.limits.defaultRpm, defaultConcurrency: c.limits.defaultConcurrency,
     holdTtlMs: maxTimeout + 60_000, openHolds: { count: 0, releasing: new Set() },
   };
-  const ffmpeg = await findFfmpeg();
+  const ffmpeg = await finding;
   log('info', ffmpeg ? 'ffmpeg found: speech formats it converts to' : 'ffmpeg not found: speech formats only it makes (aac) are refused with 400',
     ffmpeg ? { bin: ffmpeg.bin, formats: ffmpeg.formats } : {});
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,

@@ -118,7 +118,8 @@ def audio_gateway(piper: Server, whisper: Server) -> Iterator[UpstreamGateway]:
         if s.unavailable:
             pytest.fail(s.unavailable)
     gw = UpstreamGateway(
-        {"piper": {"base_url": piper.url, "timeout_ms": 60000},
+        # Piper's server makes wav and pcm only, its pcm at the voice's 22.05 kHz (docs/upstreams.md)
+        {"piper": {"base_url": piper.url, "timeout_ms": 60000, "speech_formats": ["wav", "pcm"], "speech_pcm_rate": 22050},
          "whisper": {"base_url": whisper.url, "timeout_ms": 120000, "transcription": WHISPER_CAPS}},
         [
             {"id": "piper-joe", "upstream": "piper", "upstream_model": "tts-1", "kind": "tts", "per_mchar": "15"},

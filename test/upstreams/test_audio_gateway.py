@@ -1,5 +1,6 @@
-"""Speech and transcription through Tollgate's alpha routes to Piper and faster-whisper, with the official openai
-client: Piper's WAV and PCM billed by the characters sent, and a round trip (Tollgate speaks a sentence
+"""Speech and transcription through Tollgate to Piper and faster-whisper, with the official openai and elevenlabs
+clients: Piper's WAV and PCM billed by the characters sent, the formats Piper lacks made by Tollgate at the
+right duration from Piper's 22.05 kHz PCM, and a round trip (Tollgate speaks a sentence
 through Piper, then transcribes it through faster-whisper) that returns the sentence, billed by the audio
 time Tollgate measured."""
 from __future__ import annotations
@@ -9,13 +10,18 @@ import math
 import shutil
 import wave
 
+import av
 import openai
 import pytest
+from elevenlabs import ElevenLabs
 
 from conftest import NANO_PER_CHAR, NANO_PER_MINUTE
 from gateway import Gateway
 
 SENTENCE = "The gate is open."
+LONG = ("The gate is open, and the toll is paid. Every word you hear was spoken by Piper, measured by Tollgate, "
+        "and billed by the character, down to the last nanodollar.")
+GEORGE = "JBFqnCBsd6RMkjVDRZzb"  # a premade ElevenLabs voice id: Piper ignores the voice
 
 
 @pytest.fixture
@@ -48,6 +54,52 @@ def test_speech_pcm(audio_gateway: Gateway, audio_account, audio_client: openai.
     audio_gateway.assert_debited(audio_account.key, before, len(SENTENCE) * NANO_PER_CHAR)
 
 
+def decoded_seconds(audio: bytes, fmt: str) -> float:
+    """What a decoder makes of it (PyAV, the venv's own FFmpeg libraries): every frame decoded, samples counted."""
+    with av.open(io.BytesIO(audio), format=fmt) as c:
+        stream = c.streams.audio[0]
+        samples = sum(f.samples for f in c.decode(stream))
+        return samples / stream.rate
+
+
+def test_speech_durations_through_tollgate(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI) -> None:
+    """Piper's pcm is 22.05 kHz (its WAV header says so); Tollgate, told `speech_pcm_rate: 22050`, resamples it for
+    OpenAI's 24 kHz pcm and every ElevenLabs format, and makes mp3 itself (Piper's server cannot without ffmpeg).
+    Each must last as long as Piper's own WAV of the text. Piper draws each phoneme's length at random (a short
+    sentence varies by ±2.5% from request to request); over this longer text it varies by about 1%, so 4% holds
+    every honest reply while reading 22.05 kHz as 24 kHz (8% short) fails. mp3 may also be longer by LAME's delay
+    and its last frame's padding, which a decoder without a gapless tag keeps: at most 0.15 s."""
+    text = LONG
+    chars = len(text)
+    refs = []
+    for _ in range(2):
+        wav = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=text, response_format="wav").read()
+        with wave.open(io.BytesIO(wav)) as w:
+            assert w.getframerate() == 22050
+        refs.append(wav_seconds(wav))
+    reference = sum(refs) / len(refs)
+
+    def close(seconds: float, what: str, padding: float = 0.0) -> None:
+        assert reference * 0.96 <= seconds <= reference * 1.04 + padding, f"{what}: {seconds:.3f} s, Piper's wav {refs}"
+
+    before = audio_gateway.balance(audio_account.key)
+    pcm = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=text, response_format="pcm").read()
+    close(len(pcm) / 2 / 24000, "openai pcm (24 kHz)")
+    mp3 = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=text, response_format="mp3").read()
+    assert mp3[:3] == b"ID3" or (mp3[0] == 0xFF and mp3[1] & 0xE0 == 0xE0)
+    close(decoded_seconds(mp3, "mp3"), "openai mp3", 0.15)
+    audio_gateway.assert_debited(audio_account.key, before, 2 * chars * NANO_PER_CHAR)
+
+    el = ElevenLabs(api_key=audio_account.key, base_url=audio_gateway.url + "/beta", timeout=60)
+    before = audio_gateway.balance(audio_account.key)
+    pcm16 = b"".join(el.text_to_speech.convert(GEORGE, text=text, model_id="piper-joe", output_format="pcm_16000"))
+    close(len(pcm16) / 2 / 16000, "elevenlabs pcm_16000")
+    mp3_44 = b"".join(el.text_to_speech.convert(GEORGE, text=text, model_id="piper-joe"))  # the default mp3_44100_128
+    with av.open(io.BytesIO(mp3_44), format="mp3") as c:
+        assert c.streams.audio[0].rate == 44100
+    close(decoded_seconds(mp3_44, "mp3"), "elevenlabs mp3_44100_128", 0.15)
+    audio_gateway.assert_debited(audio_account.key, before, 2 * chars * NANO_PER_CHAR)
+
 def test_round_trip_speech_to_text(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI) -> None:
     audio = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="wav").read()
     before = audio_gateway.balance(audio_account.key)
@@ -60,17 +112,24 @@ def test_round_trip_speech_to_text(audio_gateway: Gateway, audio_account, audio_
     assert abs(moved_nano - ms * NANO_PER_MINUTE / 60_000) <= NANO_PER_MINUTE / 60_000 + 1, (moved_nano, ms)
 
 
-def test_speech_mp3(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI) -> None:
-    """Piper's server makes mp3 only with Debian's ffmpeg on the host (it converts its WAV); without it the
-    request must fail in the envelope and bill nothing. Tollgate converting for such an upstream is not built."""
+def test_speech_opus_and_aac_made_by_tollgate(audio_gateway: Gateway, audio_account, audio_client: openai.OpenAI) -> None:
+    """Piper's server makes neither (its config says wav and pcm): Tollgate makes Ogg Opus itself, and aac with ffmpeg
+    when the gateway's host has it (else a 400 naming the formats available, nothing billed)."""
+    before = audio_gateway.balance(audio_account.key)
+    opus = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="opus").read()
+    assert opus[:4] == b"OggS" and b"OpusHead" in opus[:64]
+    assert decoded_seconds(opus, "ogg") > 0.5
+    audio_gateway.assert_debited(audio_account.key, before, len(SENTENCE) * NANO_PER_CHAR)
     before = audio_gateway.balance(audio_account.key)
     if shutil.which("ffmpeg"):
-        audio = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="mp3").read()
-        assert audio[:3] == b"ID3" or (audio[0] == 0xFF and audio[1] & 0xE0 == 0xE0)
+        aac = audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="aac").read()
+        assert aac[0] == 0xFF and aac[1] & 0xF6 == 0xF0, "ADTS"
+        assert decoded_seconds(aac, "aac") > 0.5
         audio_gateway.assert_debited(audio_account.key, before, len(SENTENCE) * NANO_PER_CHAR)
     else:
-        with pytest.raises(openai.APIStatusError):
-            audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="mp3").read()
+        with pytest.raises(openai.BadRequestError) as e:
+            audio_client.audio.speech.create(model="piper-joe", voice="alloy", input=SENTENCE, response_format="aac").read()
+        assert "Available: 'mp3', 'opus', 'flac', 'wav', 'pcm'." in e.value.body["message"], e.value.body
         audio_gateway.assert_not_debited(audio_account.key, before)
 
 

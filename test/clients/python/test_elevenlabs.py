@@ -182,6 +182,23 @@ def test_text_to_speech_convert_and_stream_in_each_made_format_billed_by_charact
         gateway.assert_debited(account.key, before, len(text) * TTS_ND_PER_CHAR)
 
 
+@pytest.mark.parametrize("kbps", [32, 128])
+def test_text_to_speech_in_opus_is_ogg_opus_of_the_speech_length_billed_by_characters(el, gateway, account, kbps):
+    text = "Hello in Opus."
+    before = gateway.balance(account.key)
+    audio = b"".join(el.text_to_speech.convert(GEORGE, text=text, model_id="eleven_multilingual_v2", output_format=f"opus_48000_{kbps}"))
+    assert audio[:4] == b"OggS" and audio[28:36] == b"OpusHead"
+    # the last Ogg page's granule position counts 48 kHz samples, the pre-skip (OpusHead bytes 10-11) included
+    last = audio.rindex(b"OggS")
+    assert audio[last + 5] & 4, "the stream ends with an end-of-stream page"
+    granule = struct.unpack_from("<Q", audio, last + 6)[0]
+    pre_skip = struct.unpack_from("<H", audio, 28 + 10)[0]
+    assert (granule - pre_skip) / 48000 == pytest.approx(len(text) * 0.06, abs=0.001)
+    # at the format's bit rate: the bytes grow with it (sim's tones are not silence)
+    assert len(audio) > len(text) * 0.06 * kbps * 1000 / 8 * 0.6
+    gateway.assert_debited(account.key, before, len(text) * TTS_ND_PER_CHAR)
+
+
 def test_text_to_speech_with_timestamps_matches_the_spec_and_the_audio(el, el_spec, gateway, account):
     text = "Tick tock."
     before = gateway.balance(account.key)
