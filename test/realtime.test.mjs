@@ -678,3 +678,55 @@ test('sessions start with audio out, as OpenAI\'s do: session.created shows outp
   await s2.closed;
   await assertInvariants(assert, gw, account);
 });
+
+test('a spoken reply is spoken sentence by sentence as its text streams: the first audio delta comes before the text is complete, the chunks in order, billed every character once', async (t) => {
+  const { extractText } = await import('../dist/sim/speech.js');
+  const gw = await startGateway(t, OPTS);
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  // sim streams a token every 40 ms: 120 tokens take about 5 s.
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-token-delay-ms': '40' } });
+  await s.until((e) => e.type === 'session.created');
+  s.send(userText('Tell me a long story about gateways.'));
+  s.send({ type: 'response.create', response: { output_modalities: ['audio'], max_output_tokens: 120 } });
+  const done = await s.until((e) => e.type === 'response.done');
+  assert.equal(done.response.status, 'completed', JSON.stringify(done.response.status_details));
+  const types = s.events.map((e) => e.type);
+  const firstAudio = types.indexOf('response.output_audio.delta');
+  const lastText = types.lastIndexOf('response.output_audio_transcript.delta');
+  assert.ok(firstAudio > 0 && firstAudio < lastText, `the first audio delta (event ${firstAudio}) comes before the text's last delta (event ${lastText})`);
+  assert.ok(types.indexOf('response.output_audio.done') > types.lastIndexOf('response.output_audio.delta'));
+  const transcript = done.response.output[0].content[0].transcript;
+  // sim's speech carries each chunk's text in its first samples: read the chunks back in order.
+  const pcm = Buffer.concat(s.events.filter((e) => e.type === 'response.output_audio.delta').map((e) => Buffer.from(e.delta, 'base64')));
+  const samples = new Int16Array(pcm.buffer, pcm.byteOffset, pcm.length / 2);
+  const chunks = [];
+  for (let at = 0; at < samples.length;) {
+    const said = extractText(samples.subarray(at));
+    assert.ok(said !== undefined, `a chunk starts at sample ${at}`);
+    chunks.push(said);
+    at += [...said].length * 60 * 24;
+  }
+  assert.ok(chunks.length > 1, `spoken in sentences: ${JSON.stringify(chunks)}`);
+  assert.equal(chunks.join(''), transcript, 'the chunks, in order, are the whole reply');
+  assert.match(chunks[0], /[.!?]$/, 'the first chunk is a whole sentence');
+  const u = done.response.usage;
+  const expected = priceNano(u.input_tokens, u.output_tokens) + BigInt([...transcript].length) * SIM_TTS_ND_PER_CHAR;
+  assert.equal(await spentBecomes(gw, account, before, expected), expected, 'every character billed once, at the speech price');
+  s.ws.close();
+  await s.closed;
+  await assertInvariants(assert, gw, account);
+});
+
+test('speech chunks: cut just after a sentence end followed by a space (at least 20 characters), a newline, or a run-on at its last space past 400; "3.14" is no sentence end', async () => {
+  const { sentenceCut } = await import('../dist/families/alpha/realtime/sentences.js');
+  assert.equal(sentenceCut('Yes. The gateway is open today'), 0, 'too short a sentence waits for the next');
+  assert.equal(sentenceCut('The gateway is open today. And'), 26);
+  assert.equal(sentenceCut('The gateway is open today.'), 0, 'the end is not known until what follows');
+  assert.equal(sentenceCut('Pi is about 3.14 and that is all there is'), 0);
+  assert.equal(sentenceCut('Is the gateway open today? Yes'), 26);
+  assert.equal(sentenceCut('a list of things to say\nnext'), 24);
+  const runOn = 'word '.repeat(100);
+  const cut = sentenceCut(runOn);
+  assert.ok(cut > 0 && cut <= 400 && runOn[cut] === ' ', `a run-on is cut at a space (${cut})`);
+});

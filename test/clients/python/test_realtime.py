@@ -240,3 +240,35 @@ def test_a_text_turn_through_the_realtime_pass_through_is_billed_the_upstreams_r
     assert usage.input_tokens > 0 and usage.output_tokens > 0
     num = usage.input_tokens * 4_000_000_000 + usage.output_tokens * 16_000_000_000
     passthrough.assert_debited(account.key, before, -(-num // 1_000_000))
+
+
+def test_a_spoken_reply_starts_before_its_text_is_complete(gateway: Gateway, account: Account):
+    """The reply is spoken sentence by sentence as it streams (sim streams a token every 40 ms): the first
+    output_audio delta arrives before the last transcript delta; audio for every character, billed once."""
+    import base64
+
+    client = ws_client(gateway, account.key, "/v1")
+    before = gateway.balance(account.key)
+    with client.realtime.connect(model="sim-chat", extra_headers={"x-sim-token-delay-ms": "40"}) as conn:
+        created = conn.recv()
+        assert created.session.output_modalities == ["audio"]
+        conn.conversation.item.create(item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Tell me a long story about gateways."}]})
+        conn.response.create(response={"max_output_tokens": 120})
+        seen: list[str] = []
+        audio = bytearray()
+        for event in conn:
+            seen.append(event.type)
+            if event.type == "error":
+                raise AssertionError(f"error event: {event.error}")
+            if event.type == "response.output_audio.delta":
+                audio += base64.b64decode(event.delta)
+            elif event.type == "response.done":
+                response = event.response
+                break
+    assert response.status == "completed"
+    last_text = len(seen) - 1 - seen[::-1].index("response.output_audio_transcript.delta")
+    assert seen.index("response.output_audio.delta") < last_text
+    text = response.output[0].content[0].transcript
+    assert len(audio) == len(text) * 60 * 48
+    usage = response.usage
+    gateway.assert_debited(account.key, before, price_nano(usage.input_tokens, usage.output_tokens) + len(text) * 15_000)

@@ -4,7 +4,7 @@ import { int16 } from '../../../audio/pcm.js';
 import type { SessionContext } from './context.js';
 import { InputAudio } from './input-audio.js';
 import { transcribe } from './transcribe.js';
-import { BYTES_PER_MS, RATE, rid, RtError, type Item, type Obj } from './protocol.js';
+import { abortCalls, BYTES_PER_MS, RATE, rid, RtError, type Item, type Obj } from './protocol.js';
 
 /** The most input audio a session buffers uncommitted (10 minutes). */
 const MAX_INPUT_MS = 10 * 60_000;
@@ -57,7 +57,7 @@ export class AudioTurns {
         if (td.interrupt_response !== false && this.ctx.active) {
           this.ctx.active.cancelled = true;
           this.ctx.active.cancelReason = 'turn_detected';
-          this.ctx.active.call?.abort();
+          abortCalls(this.ctx.active);
         }
       } else if (this.turn) {
         const turn = this.turn;

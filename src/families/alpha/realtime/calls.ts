@@ -13,7 +13,8 @@ import type { Active } from './protocol.js';
 export async function callFor(ctx: SessionContext, a: Active, upstream: string, path: string, accept: string, body: Buffer, requestId: string):
   Promise<{ call: UpstreamCall; res: IncomingMessage | null; failed: GatewayError | null }> {
   const call = ctx.s.upstreams.call(upstream, 'POST', path, { ...ctx.headers, 'content-type': 'application/json', accept }, body, requestId);
-  a.call = call;
+  a.calls.add(call);
+  void call.response.then((res) => res.once('close', () => a.calls.delete(call)), () => a.calls.delete(call));
   if (a.cancelled || a.dropped) call.abort();
   const res = await call.response;
   if (res.statusCode !== 200) return { call, res: null, failed: await alpha.upstreamError(res, requestId) };

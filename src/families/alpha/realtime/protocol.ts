@@ -31,7 +31,8 @@ export interface Spoken { text: string; ms: number; /** Its audio ended before t
 /** The response under way. */
 export interface Active {
   id: string;
-  call: UpstreamCall | null;
+  /** Its upstream calls (the chat stream, and a speech call beside it): a cancel or a drop aborts them all. */
+  calls: Set<UpstreamCall>;
   /** The ids of the items it outputs (they join the conversation when it is done). */
   itemIds: string[];
   /** Settles once the response is done and billed. */
@@ -40,4 +41,9 @@ export interface Active {
   /** Why it was cancelled: the client asked, or the user started speaking (interrupt_response). */
   cancelReason: 'client_cancelled' | 'turn_detected';
   dropped: boolean;
+}
+
+/** Stops a response's upstream calls (what they produced is still billed). */
+export function abortCalls(a: Active): void {
+  for (const c of a.calls) c.abort();
 }

@@ -8,7 +8,7 @@ import type { Usage } from '../../../exchange/usage.js';
 import { callFor } from './calls.js';
 import type { SessionContext } from './context.js';
 import type { Plan } from './response-plan.js';
-import { speak } from './speech.js';
+import { Speaker, type SpeechResult } from './speech.js';
 import { POLICY, rid, type Active, type Item, type Obj } from './protocol.js';
 
 function responseObject(ctx: SessionContext, a: Active, plan: Plan, status: string, output: Item[], usage: Obj | null, details: Obj | null = null): Obj {
@@ -18,9 +18,10 @@ function responseObject(ctx: SessionContext, a: Active, plan: Plan, status: stri
 
 /**
  * One response: hold its worst case (the prompt's bytes as tokens, the most output), stream the
- * chat model's reply as realtime events, speak it with the speech upstream when audio is asked
- * for (its characters held before the call), and settle what was used as one part: the tokens the
- * upstream reported (what was produced, if it broke), and the characters sent for synthesis.
+ * chat model's reply as realtime events, speak it sentence by sentence as it streams when audio is
+ * asked for (each sentence's characters held before its call), and settle what was used as one
+ * part: the tokens the upstream reported (what was produced, if it broke), and the characters sent
+ * for synthesis.
  */
 export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promise<void> {
   ctx.active = a;
@@ -51,6 +52,7 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
   // Audio output carries the text as its transcript.
   const deltaType = spoken ? 'response.output_audio_transcript.delta' : 'response.output_text.delta';
   const emptyPart = spoken ? { type: 'audio', transcript: '' } : { type: 'text', text: '' };
+  const speaker = plan.speech ? new Speaker(ctx, a, plan.speech, text, () => order.indexOf(text), seq) : null;
   const startText = () => {
     if (textStarted) return;
     textStarted = true;
@@ -68,6 +70,7 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
           if (typeof d.content === 'string' && d.content.length > 0) {
             startText();
             textSoFar += d.content;
+            speaker?.push(d.content);
             events.push({ type: deltaType, response_id: a.id, item_id: text.id, output_index: order.indexOf(text), content_index: 0, delta: d.content });
           }
           for (const tc of (d.tool_calls as Obj[] | undefined) ?? []) {
@@ -98,20 +101,18 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
       for await (const chunk of res) {
         meter.onData(chunk as Buffer);
         for (const ev of events.splice(0)) await ctx.emit(ev);
-        if (a.cancelled || a.dropped) { call.abort(); break; }
+        // A failed speech chunk stops the reply: its text would go unspoken.
+        if (a.cancelled || a.dropped || speaker?.failure) { call.abort(); break; }
       }
     }
   } catch (e) {
     if (!a.cancelled && !a.dropped) failure = e instanceof GatewayError ? e : new GatewayError({ status: 502, code: 'upstream_error', message: 'The model upstream failed mid-response.' });
   }
+  failure ??= speaker?.failure ?? null;
   const textDone = meter.done && !a.cancelled && !a.dropped && failure === null;
-  // The reply spoken: its characters held, then synthesized and streamed as audio deltas.
-  let speech: { characters: number; audioOutMs: number; held: bigint } = { characters: 0, audioOutMs: 0, held: 0n };
-  if (textDone && plan.speech && textSoFar.length > 0) {
-    const r = await speak(ctx, a, plan.speech, text, order.indexOf(text), textSoFar, seq);
-    speech = r;
-    if (r.failure) failure = r.failure;
-  }
+  // The rest of the reply spoken (whole), or the speaking stopped (the reply ended short).
+  const speech: SpeechResult = speaker ? await (textDone ? speaker.finish() : speaker.stop()) : { characters: 0, audioOutMs: 0, held: 0n, failure: null };
+  failure ??= speech.failure;
   // What was produced is billed, whatever became of the socket; nothing produced, nothing billed.
   const complete = textDone && failure === null && !a.cancelled && !a.dropped;
   const m = meter.produced || textDone ? meter.usage() : { ...meter.usage(), inputTokens: 0, outputTokens: 0, reasoningTokens: 0 };

@@ -11,7 +11,7 @@ import { audioCaps, type AudioCaps, type AudioModels } from './models.js';
 import { respond } from './response.js';
 import { planResponse } from './response-plan.js';
 import { updatedSession } from './session-config.js';
-import { CLIENT_ALIASES, GOING_AWAY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
+import { abortCalls, CLIENT_ALIASES, GOING_AWAY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
 
 export class Realtime implements SessionHandler, SessionContext {
   session: Obj;
@@ -94,7 +94,7 @@ export class Realtime implements SessionHandler, SessionContext {
       throw new RtError('response_cancel_not_active', null, 'There is no response in progress to cancel.');
     }
     a.cancelled = true;
-    a.call?.abort();
+    abortCalls(a);
   }
 
   /** Checks the request now (errors answer at once); the response itself runs beside the message loop, so a cancel can reach it. */
@@ -130,7 +130,7 @@ export class Realtime implements SessionHandler, SessionContext {
   async closed(): Promise<void> {
     this.ended = true;
     // A response under way stops; what it produced is billed; then the slot is freed.
-    if (this.active) { this.active.dropped = true; this.active.call?.abort(); }
+    if (this.active) { this.active.dropped = true; abortCalls(this.active); }
     await this.work;
     await this.charge.release();
   }
