@@ -1,7 +1,8 @@
-// A realtime response's reply spoken as it streams: each sentence, once complete, held (its characters), spoken by the speech upstream, and its 24 kHz PCM streamed as output_audio deltas, in order.
+// A realtime response's reply spoken as it streams: each sentence, once complete, held (its characters), spoken by the speech upstream, and its PCM (resampled to 24 kHz where the upstream speaks at another rate) streamed as output_audio deltas, in order.
 import { GatewayError } from '../../../errors.js';
 import { usage } from '../../../exchange/usage.js';
 import { presetVoice } from '../../../resolve/voices.js';
+import { bytes as samplesToBytes, int16, StreamResampler } from '../../../audio/index.js';
 import { callFor } from './calls.js';
 import type { SessionContext } from './context.js';
 import { sentenceCut } from './sentences.js';
@@ -92,11 +93,15 @@ export class Speaker {
       if (failed) result.failure = failed;
       if (res) {
         accepted = true;
+        // The session's audio is 24 kHz PCM; an upstream whose pcm is at another rate (Piper's 22.05 kHz) is resampled, not played fast.
+        const rate = ctx.s.upstreams.config(tts.upstream).speech.pcmRate;
+        const resampler = rate === 24_000 ? null : new StreamResampler(rate, 24_000);
         let odd: Buffer | null = null;
         for await (const chunk of res) {
           let c = chunk as Buffer;
           if (odd) { c = Buffer.concat([odd, c]); odd = null; }
           if (c.length % 2) { odd = c.subarray(c.length - 1); c = c.subarray(0, c.length - 1); }
+          if (resampler) c = Buffer.from(samplesToBytes(resampler.push(int16(c))));
           if (c.length === 0) continue;
           bytes += c.length;
           if (!a.dropped) await ctx.emit({ type: 'response.output_audio.delta', response_id: a.id, item_id: this.item.id, output_index: this.outputIndex(), content_index: 0, delta: c.toString('base64') });
