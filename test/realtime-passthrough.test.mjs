@@ -263,3 +263,31 @@ test('an upstream that refuses the session (an unknown upstream model) refuses t
   assert.equal(await balanceNano(gw, account), 1_000_000_000n);
   await assertInvariants(assert, gw, account);
 });
+
+test('config: a pass-through model must price audio tokens; audio and cached token prices belong to pass-through models only', async () => {
+  const { loadConfigFile } = await import('../dist/config.js');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const { tmpdir } = await import('node:os');
+  const dir = mkdtempSync(join(tmpdir(), 'tg-rtpass-config-'));
+  const load = (models) => {
+    const path = join(dir, 'config.json');
+    writeFileSync(path, JSON.stringify({ upstreams: UPSTREAMS, models, payments: { provider: 'sandbox', allow_sandbox: true } }));
+    return loadConfigFile(path, {});
+  };
+  try {
+    const c = load([PASS]);
+    assert.equal(c.models[0].passthrough, true);
+    assert.equal(c.models[0].prices.audioInputPerMTok, 32_000_000_000n);
+    assert.equal(c.models[0].prices.cachedInputPerMTok, 400_000_000n);
+    const { audio_output_per_mtok: _omit, ...noAudioOut } = PASS;
+    assert.throws(() => load([noAudioOut]), /audio_output_per_mtok/);
+    // The cascade's realtime model (not on a realtime_api upstream) keeps its audio-minute price and takes no token audio prices.
+    assert.throws(() => load([{ ...PASS, upstream: 'sim' }]), /audio_input_per_mtok|audio_in_per_minute/);
+    assert.throws(() => load([{ id: 'c', upstream: 'sim', kind: 'chat', input_per_mtok: '1', output_per_mtok: '1', cached_input_per_mtok: '0.1' }]), /cached_input_per_mtok/);
+    const { cached_input_per_mtok: _c, ...noCached } = PASS;
+    assert.equal(load([noCached]).models[0].prices.cachedInputPerMTok, 4_000_000_000n, 'cached input defaults to the input price');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
