@@ -77,6 +77,16 @@ async function spentBecomes(gw, account, before, want) {
   return spent;
 }
 
+/** The balance once no hold is open (a closed session has settled). */
+async function spentSettled(gw, account) {
+  for (let i = 0; i < 100; i++) {
+    const holds = /^tollgate_open_holds (\d+)/m.exec(await (await gw.fetch('/metrics')).text());
+    if (holds && Number(holds[1]) === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return balanceNano(gw, account);
+}
+
 const userText = (text) => ({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
 
 test('a text turn through the pass-through: frames relayed, the model named as the gateway names it, each response billed exactly its reported usage', async (t) => {
@@ -168,23 +178,31 @@ test('client events that would change billing unseen are refused with an error e
 test('a client dropped mid-response: the response is cancelled upstream and billed exactly what the upstream reports for it', async (t) => {
   const gw = await startGateway(t, OPTS);
   const { key, account } = await gw.account('1');
-  const before = await balanceNano(gw, account);
   const text = 'Tell me a long story about gateways.';
-  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-token-delay-ms': '40' } });
+  // The sim is deterministic: the same conversation gets the same reply. First, the whole of it.
+  const whole = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}` } });
+  await whole.until((e) => e.type === 'session.created');
+  whole.send(userText(text));
+  whole.send({ type: 'response.create' });
+  const full = (await whole.until((e) => e.type === 'response.done')).response.usage.output_tokens;
+  whole.ws.close();
+  await whole.closed;
+  const before = await spentSettled(gw, account);
+  const s = await connect(wsUrl(gw), { headers: { authorization: `Bearer ${key}`, 'x-sim-token-delay-ms': '60' } });
   await s.until((e) => e.type === 'session.created');
   s.send(userText(text));
-  s.send({ type: 'response.create', response: { max_output_tokens: 400 } });
+  s.send({ type: 'response.create' });
   await s.until((e) => e.type === 'response.output_text.delta');
-  await new Promise((r) => setTimeout(r, 150));
+  await new Promise((r) => setTimeout(r, 100));
   s.ws.terminate();
   await s.closed;
   const seen = s.events.filter((e) => e.type === 'response.output_text.delta').length;
+  assert.ok(seen < full - 3, `dropped well before the end (${seen} of ${full} tokens seen)`);
   const spent = await spentBecomes(gw, account, before);
   // The sim reports its chat prompt count (3 + 3 + the text's tokens) and the tokens it streamed before the cancel.
   const prompt = 6 + countTokens(text);
-  const candidates = Array.from({ length: 30 }, (_, i) => price({ text: prompt, out: seen + i }));
-  assert.ok(candidates.includes(spent), `billed the cancelled response's reported usage (spent ${spent}, ${seen} deltas seen)`);
-  assert.ok(spent < price({ text: prompt, out: 64 }), 'less than the whole response');
+  const k = Array.from({ length: full - seen }, (_, i) => seen + i).find((n) => price({ text: prompt, out: n }) === spent);
+  assert.ok(k !== undefined, `billed the cancelled response's reported usage: the prompt and fewer than the ${full} tokens of the whole reply (spent ${spent}, ${seen} deltas seen)`);
   await assertInvariants(assert, gw, account);
 });
 
@@ -244,4 +262,32 @@ test('an upstream that refuses the session (an unknown upstream model) refuses t
   assert.ok(s.refused.body.error, 'an OpenAI error envelope');
   assert.equal(await balanceNano(gw, account), 1_000_000_000n);
   await assertInvariants(assert, gw, account);
+});
+
+test('config: a pass-through model must price audio tokens; audio and cached token prices belong to pass-through models only', async () => {
+  const { loadConfigFile } = await import('../dist/config.js');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { join } = await import('node:path');
+  const { tmpdir } = await import('node:os');
+  const dir = mkdtempSync(join(tmpdir(), 'tg-rtpass-config-'));
+  const load = (models) => {
+    const path = join(dir, 'config.json');
+    writeFileSync(path, JSON.stringify({ upstreams: UPSTREAMS, models, payments: { provider: 'sandbox', allow_sandbox: true } }));
+    return loadConfigFile(path, {});
+  };
+  try {
+    const c = load([PASS]);
+    assert.equal(c.models[0].passthrough, true);
+    assert.equal(c.models[0].prices.audioInputPerMTok, 32_000_000_000n);
+    assert.equal(c.models[0].prices.cachedInputPerMTok, 400_000_000n);
+    const { audio_output_per_mtok: _omit, ...noAudioOut } = PASS;
+    assert.throws(() => load([noAudioOut]), /audio_output_per_mtok/);
+    // The cascade's realtime model (not on a realtime_api upstream) keeps its audio-minute price and takes no token audio prices.
+    assert.throws(() => load([{ ...PASS, upstream: 'sim' }]), /audio_input_per_mtok|audio_in_per_minute/);
+    assert.throws(() => load([{ id: 'c', upstream: 'sim', kind: 'chat', input_per_mtok: '1', output_per_mtok: '1', cached_input_per_mtok: '0.1' }]), /cached_input_per_mtok/);
+    const { cached_input_per_mtok: _c, ...noCached } = PASS;
+    assert.equal(load([noCached]).models[0].prices.cachedInputPerMTok, 4_000_000_000n, 'cached input defaults to the input price');
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

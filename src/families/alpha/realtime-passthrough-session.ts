@@ -1,0 +1,325 @@
+// A realtime pass-through session: client and upstream frames relayed in order, each response held, then settled from its response.done (or estimated).
+import type { Services } from '../../services.js';
+import type { ModelConfig } from '../../config.js';
+import { GatewayError } from '../../errors.js';
+import type { Charge } from '../../exchange/charge.js';
+import { usage, type Usage } from '../../exchange/usage.js';
+import { nd, type Nanodollars } from '../../money.js';
+import { log } from '../../observe/log.js';
+import { base62 } from '../../store/ids.js';
+import type { SessionHandler, SessionSocket } from '../../server/ws.js';
+import type { WebSocket } from '../../proxy/ws-upstream.js';
+import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../meter/realtime-usage.js';
+import { checkClientEvent, rewriteSessionModel, type Obj } from './realtime-passthrough-events.js';
+
+const rid = (prefix: string): string => `${prefix}_${base62(16)}`;
+
+/** Close codes: 1001 going away, 1008 a policy refusal (balance, rate, a client that outruns the upstream), 1011 the upstream failed. */
+const GOING_AWAY = 1001;
+const POLICY = 1008;
+const UPSTREAM_FAILED = 1011;
+
+/** Client frames queued for the upstream past this: the client sends faster than the upstream reads, and the session closes. */
+const UPSTREAM_BACKLOG_LIMIT = 16 * 1024 * 1024;
+/** Upstream frames waiting to reach the client: past HIGH the upstream socket is paused, under LOW it reads again. */
+const HIGH = 1024 * 1024;
+const LOW = 256 * 1024;
+/** How long a dropped client's cancelled responses may take to report their usage before they are estimated. */
+const CANCEL_WAIT_MS = 5_000;
+/** How long a shutdown lets responses under way finish. */
+const SHUTDOWN_WAIT_MS = 20_000;
+
+/** A client response.create passed on, its hold taken, its response.created not yet seen. */
+interface Pending { eventId: string; held: Nanodollars }
+/** A response under way upstream: what was held for it, its part's number, its output so far. */
+interface Live { held: Nanodollars; seq: number; out: OutputCount }
+
+export class Passthrough implements SessionHandler {
+  private seq = 0;
+  private ended = false;
+  /** The client left (its socket closed): parts settled from now on are marked so in the ledger. */
+  private dropped = false;
+  /** Finishing: the upstream's frames are no longer read (what has not reported is estimated). */
+  private draining = false;
+  private upstreamGone = false;
+  private readonly prompt = new PromptEstimate();
+  private pending: Pending[] = [];
+  private readonly live = new Map<string, Live>();
+  /** Upstream frames, handled one at a time in order (a response.done settles before the next frame). */
+  private chain: Promise<void>;
+  private openedNow: () => void = () => undefined;
+  private queued = 0;
+  private paused = false;
+  private inBytesPerMs = 48;
+  private outBytesPerMs = 48;
+  /** The session's max_output_tokens as the upstream last reported it. */
+  private sessionMaxOut: unknown = 'inf';
+  private liveEmpty: (() => void)[] = [];
+  private finishing: Promise<void> | null = null;
+
+  constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly model: ModelConfig,
+    private readonly charge: Charge, private readonly up: WebSocket) {
+    // The upstream greets at once (session.created), before the client's socket is open: its frames wait for it.
+    this.chain = new Promise<void>((resolve) => { this.openedNow = resolve; });
+    up.on('message', (data, isBinary) => {
+      const buf = Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data);
+      this.queued += buf.length;
+      if (this.queued > HIGH && !this.paused && !this.ended) { this.paused = true; up.pause(); }
+      this.chain = this.chain.then(() => this.fromUpstream(buf, isBinary))
+        .catch((e: unknown) => log('error', 'realtime pass-through frame failed', { session: socket.id, error: String((e as Error)?.stack ?? e) }))
+        .finally(() => {
+          this.queued -= buf.length;
+          if (this.paused && this.queued < LOW) { this.paused = false; up.resume(); }
+        });
+    });
+    up.on('close', (code) => {
+      this.chain = this.chain.then(() => this.upstreamClosed(code));
+    });
+    up.on('error', (e) => log('warn', 'realtime upstream socket error', { session: socket.id, error: e.message }));
+    up.resume();
+  }
+
+  opened(): void { this.openedNow(); }
+
+  private emit(ev: Obj): Promise<void> {
+    return this.socket.send(JSON.stringify({ event_id: rid('event'), ...ev }));
+  }
+
+  private error(code: string | null, message: string, param: string | null = null, clientEventId: unknown = null, type = 'invalid_request_error'): Promise<void> {
+    return this.emit({ type: 'error', error: { type, code, message, param, event_id: typeof clientEventId === 'string' ? clientEventId : null } });
+  }
+
+  private end(code: number, reason: string): void {
+    this.ended = true;
+    this.socket.close(code, reason);
+  }
+
+  /** A client frame: checked where billing or the model is at stake, then passed on as sent (or with its model name rewritten). */
+  async message(data: Buffer, isBinary: boolean): Promise<void> {
+    if (this.ended || this.upstreamGone) return;
+    let m: Obj;
+    try {
+      if (isBinary) throw new Error('binary');
+      const v = JSON.parse(data.toString('utf8')) as unknown;
+      if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error('not an object');
+      m = v as Obj;
+    } catch {
+      return this.error('invalid_json', 'The event is not a JSON object (send JSON text frames); the session goes on.');
+    }
+    const refused = checkClientEvent(m, this.model, (name) => this.s.models.find(name)?.id === this.model.id);
+    if (refused) return this.error(refused.code, refused.message, refused.param, m.event_id);
+    let out: string | Buffer = data;
+    switch (m.type) {
+      case 'session.update': case 'transcription_session.update': {
+        const session = m.session as Obj;
+        if (typeof session.instructions === 'string') this.prompt.addText(session.instructions);
+        if (session.model !== undefined) { session.model = this.model.upstreamModel; out = JSON.stringify(m); }
+        break;
+      }
+      case 'conversation.item.create': this.countItem(m.item); break;
+      case 'input_audio_buffer.append':
+        if (typeof m.audio === 'string') this.prompt.addAudio(Math.floor((m.audio.length * 3) / 4) / this.inBytesPerMs);
+        break;
+      case 'response.create': {
+        // A billed unit: balance and ceiling checked again, a token of the key's rpm taken, its worst case held.
+        const r = (m.response ?? {}) as Obj;
+        const held = this.worstCase(r);
+        try {
+          await this.charge.extend(held, { countsAsRequest: true });
+        } catch (e) {
+          if (!(e instanceof GatewayError)) throw e;
+          await this.error(e.code, e.message, null, m.event_id, e.type);
+          this.end(POLICY, e.code);
+          return;
+        }
+        // The upstream names this event in an error that refuses it: then its hold is given back.
+        if (typeof m.event_id !== 'string' || m.event_id === '') { m.event_id = rid('event'); out = JSON.stringify(m); }
+        this.pending.push({ eventId: m.event_id as string, held });
+        break;
+      }
+      default: break;
+    }
+    this.up.send(out, { binary: false });
+    if (this.up.bufferedAmount > UPSTREAM_BACKLOG_LIMIT) {
+      await this.error('client_too_fast', 'The session sends faster than the model upstream reads; it is closed.', null, null, 'server_error');
+      this.end(POLICY, 'client_too_fast');
+    }
+  }
+
+  /** A response's hold: the conversation's estimated prompt, plus its most output at the dearer of the text and audio output prices. */
+  private worstCase(r: Obj): Nanodollars {
+    const limit = r.max_output_tokens ?? r.max_response_output_tokens ?? this.sessionMaxOut;
+    const maxOut = typeof limit === 'number' && limit >= 1 ? Math.min(Math.floor(limit), this.model.maxOutputTokens) : this.model.maxOutputTokens;
+    const p = this.charge.prices;
+    const audioDearer = (p.audioOutputPerMTok ?? 0n) > p.outputPerMTok;
+    let extraText = 0;
+    if (typeof r.instructions === 'string') extraText += r.instructions.length;
+    if (Array.isArray(r.input)) extraText += JSON.stringify(r.input).length;
+    return this.charge.cost(usage({
+      inputTokens: this.prompt.text + extraText, audioInputTokens: this.prompt.audio,
+      ...(audioDearer ? { audioOutputTokens: maxOut } : { outputTokens: maxOut }), basis: 'estimated',
+    }));
+  }
+
+  /** What a client item adds to the conversation (for the prompt estimate). */
+  private countItem(item: unknown): void {
+    const content = (item as Obj | null)?.content;
+    if (Array.isArray(content)) {
+      for (const c of content as Obj[]) {
+        if (typeof c?.text === 'string') this.prompt.addText(c.text);
+        if (typeof c?.audio === 'string') this.prompt.addAudio(Math.floor((c.audio.length * 3) / 4) / this.inBytesPerMs);
+      }
+    }
+    for (const k of ['arguments', 'output'] as const) {
+      const v = (item as Obj | null)?.[k];
+      if (typeof v === 'string') this.prompt.addText(v);
+    }
+  }
+
+  /** An upstream frame: metered, settled where it ends a response, passed to the client (its model name rewritten). */
+  private async fromUpstream(buf: Buffer, isBinary: boolean): Promise<void> {
+    if (this.draining) return;
+    if (isBinary) { await this.socket.send(buf, true); return; }
+    let ev: Obj;
+    try {
+      ev = JSON.parse(buf.toString('utf8')) as Obj;
+      if (!ev || typeof ev !== 'object') throw new Error('not an object');
+    } catch {
+      await this.socket.send(buf);
+      return;
+    }
+    let out: string | Buffer = buf;
+    switch (ev.type) {
+      case 'session.created': case 'session.updated': {
+        const session = (ev.session ?? {}) as Obj;
+        const audio = (session.audio ?? {}) as { input?: Obj; output?: Obj };
+        this.inBytesPerMs = bytesPerMs(audio.input?.format ?? session.input_audio_format);
+        this.outBytesPerMs = bytesPerMs(audio.output?.format ?? session.output_audio_format);
+        this.sessionMaxOut = session.max_output_tokens ?? session.max_response_output_tokens ?? 'inf';
+        if (rewriteSessionModel(session, this.model)) out = JSON.stringify(ev);
+        break;
+      }
+      case 'response.created': await this.responseCreated(ev); break;
+      case 'response.done': await this.responseDone(ev); break;
+      case 'error': {
+        const id = (ev.error as Obj | undefined)?.event_id;
+        const i = this.pending.findIndex((p) => p.eventId === id);
+        if (i >= 0) {
+          // The upstream refused a response.create: nothing runs, its hold is given back.
+          const [p] = this.pending.splice(i, 1);
+          await this.charge.settle(usage({ basis: 'exact' }), { final: false, covers: p!.held });
+        }
+        break;
+      }
+      default: {
+        const rid_ = ev.response_id;
+        if (typeof rid_ === 'string') this.live.get(rid_)?.out.add(ev, this.outBytesPerMs);
+      }
+    }
+    await this.socket.send(out);
+  }
+
+  /** A response began upstream: it takes the hold of the oldest response.create passed on, or (one the upstream began itself, server VAD) holds its own. */
+  private async responseCreated(ev: Obj): Promise<void> {
+    const id = (ev.response as Obj | undefined)?.id;
+    if (typeof id !== 'string') return;
+    let held: Nanodollars;
+    const p = this.pending.shift();
+    if (p) held = p.held;
+    else {
+      held = this.worstCase({});
+      try {
+        await this.charge.extend(held, { countsAsRequest: true });
+      } catch (e) {
+        if (!(e instanceof GatewayError)) throw e;
+        // Refused: the response is cancelled upstream and billed what it reports (or the estimate).
+        this.live.set(id, { held: nd(0n), seq: ++this.seq, out: new OutputCount() });
+        this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
+        await this.error(e.code, e.message, null, null, e.type);
+        this.end(POLICY, e.code);
+        return;
+      }
+    }
+    this.live.set(id, { held, seq: ++this.seq, out: new OutputCount() });
+  }
+
+  /** A response ended: the usage it reports is settled as its part; without one, what it produced is estimated (nothing, if it failed). */
+  private async responseDone(ev: Obj): Promise<void> {
+    const r = (ev.response ?? {}) as Obj;
+    const id = typeof r.id === 'string' ? r.id : '';
+    const l = this.live.get(id);
+    this.live.delete(id);
+    const reported = realtimeUsage(r.usage);
+    if (reported) this.prompt.reported(reported);
+    let u: Usage;
+    if (reported) u = reported;
+    else if (l && l.out.produced && r.status !== 'failed') u = l.out.usage(this.prompt);
+    else u = usage({ basis: 'exact' });
+    await this.charge.settle(u, { seq: l?.seq ?? ++this.seq, final: false, covers: l?.held ?? (nd(0n)),
+      extra: { response_id: id, status: typeof r.status === 'string' ? r.status : null, ...(this.dropped ? { client_dropped: true } : {}) } });
+    if (this.live.size === 0) for (const w of this.liveEmpty.splice(0)) w();
+  }
+
+  /** The upstream closed: responses under way are billed what they produced; a client still here hears why, and the session closes. */
+  private async upstreamClosed(code: number): Promise<void> {
+    this.upstreamGone = true;
+    if (this.draining) return;
+    await this.settleCut();
+    if (this.ended) return;
+    await this.error('upstream_closed', `The model upstream closed the session (code ${code}); what it produced is billed.`, null, null, 'server_error');
+    this.end(UPSTREAM_FAILED, 'upstream closed');
+  }
+
+  /** Responses that will never report: each billed the prompt estimate plus the output its deltas showed. */
+  private async settleCut(): Promise<void> {
+    for (const [id, l] of [...this.live]) {
+      this.live.delete(id);
+      const u = l.out.produced ? l.out.usage(this.prompt) : usage({ basis: 'partial' });
+      await this.charge.settle(u, { seq: l.seq, final: false, covers: l.held, extra: { response_id: id, status: 'cut', ...(this.dropped ? { client_dropped: true } : {}) } });
+    }
+    for (const w of this.liveEmpty.splice(0)) w();
+  }
+
+  /** Waits until no response is under way upstream, or `ms` pass, or the upstream is gone. */
+  private async quiet(ms: number): Promise<void> {
+    if (this.live.size === 0 && this.pending.length === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      new Promise<void>((r) => this.liveEmpty.push(r)),
+      new Promise<void>((r) => { timer = setTimeout(r, ms); }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /** Once: responses under way are cancelled (or let finish), their usage settled, the upstream closed, the session's hold freed. */
+  private finish(cancel: boolean, waitMs: number): Promise<void> {
+    this.finishing ??= (async () => {
+      this.openedNow();
+      if (this.paused) { this.paused = false; this.up.resume(); }
+      if (!this.upstreamGone && this.up.readyState === 1) {
+        if (cancel) for (const id of this.live.keys()) this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
+        await this.quiet(waitMs);
+      }
+      this.draining = true;
+      await this.chain;
+      this.up.terminate();
+      await this.settleCut();
+      await this.charge.release();
+    })();
+    return this.finishing;
+  }
+
+  async closed(): Promise<void> {
+    this.ended = true;
+    this.dropped = true;
+    // A dropped client: responses under way are cancelled upstream and billed what the upstream reports for them.
+    await this.finish(true, CANCEL_WAIT_MS);
+  }
+
+  async shutdown(): Promise<void> {
+    this.ended = true;
+    // Responses under way finish and are billed, then the client hears 1001 (going away).
+    await this.finish(false, SHUTDOWN_WAIT_MS);
+    this.end(GOING_AWAY, 'the gateway is shutting down');
+  }
+}
