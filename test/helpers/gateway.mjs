@@ -89,8 +89,8 @@ export async function startGateway(t, options = {}) {
   const proc = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   const output = { stdout: '', stderr: '' };
   proc.stderr.on('data', (d) => { output.stderr += d; });
-  const listening = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gateway did not start:\n${output.stdout}\n${output.stderr}`)), 30_000);
+  const starting = new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`gateway did not start:\n${output.stdout}\n${output.stderr}`)), 60_000);
     proc.stdout.on('data', (d) => {
       output.stdout += d;
       for (const line of output.stdout.split('\n')) {
@@ -102,6 +102,13 @@ export async function startGateway(t, options = {}) {
       }
     });
     proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`gateway exited with ${code}:\n${output.stdout}\n${output.stderr}`)); });
+  });
+  // A gateway that never said it listens is killed and its database and Redis keys dropped here: the
+  // test fails, and nothing it started is left running to load the machine for the tests after it.
+  const listening = await starting.catch(async (e) => {
+    proc.kill('SIGKILL');
+    for (const c of cleanups) await Promise.resolve().then(c).catch(() => undefined);
+    throw e;
   });
   const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
   const gw = {
