@@ -89,7 +89,8 @@ export async function startGateway(t, options = {}) {
   const output = { stdout: '', stderr: '' };
   proc.stderr.on('data', (d) => { output.stderr += d; });
   const listening = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gateway did not start:\n${output.stdout}\n${output.stderr}`)), 30_000);
+    // A gateway that did not start in time is killed: left running, it would outlive the test and load the machine.
+    const timer = setTimeout(() => { proc.kill('SIGKILL'); reject(new Error(`gateway did not start:\n${output.stdout}\n${output.stderr}`)); }, 30_000);
     proc.stdout.on('data', (d) => {
       output.stdout += d;
       for (const line of output.stdout.split('\n')) {
