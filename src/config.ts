@@ -36,6 +36,7 @@ const Upstream = Type.Object({
   timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
   responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
+  usage_per_task: Type.Boolean({ default: false, description: 'the upstream runs one task per choice and per prompt, and a whole reply\'s usage counts one task only (llama.cpp): such requests are sent as streams and every task billed' }),
   prompt_progress: Type.Boolean({ default: false, description: 'the upstream streams prompt progress on request (llama.cpp return_progress): a stream cut before its usage is billed its prompt count' }),
   realtime_api: Type.Boolean({ default: false, description: 'the upstream serves OpenAI\'s realtime WebSocket protocol at /v1/realtime itself: its realtime models are passed through, metered from its response.done' }),
   forward_headers: Type.Optional(Type.Array(Type.String({ pattern: '^[a-z0-9-]+\\*?$' }), { description: 'client headers passed on besides content-type and accept (a trailing * matches a prefix)' })),
@@ -149,6 +150,8 @@ export interface UpstreamConfig {
   apiKeyEnv: string | undefined;
   timeoutMs: number;
   continuousUsage: boolean;
+  /** A whole reply's usage counts one task (llama.cpp): a buffered request with several is asked as a stream. */
+  usagePerTask: boolean;
   /** Streams are asked for llama.cpp's `prompt_progress` reports, whose `total` is the prompt's token count. */
   promptProgress: boolean;
   responsesApi: boolean;
@@ -264,7 +267,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     upstreams.set(name, {
       name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0, transcription: simTranscription(u.sim.transcription) } : undefined,
       apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
-      continuousUsage: u.continuous_usage_stats || Boolean(u.sim), promptProgress: u.prompt_progress, responsesApi: u.responses_api, realtimeApi: u.realtime_api,
+      continuousUsage: u.continuous_usage_stats || Boolean(u.sim), promptProgress: u.prompt_progress, usagePerTask: u.usage_per_task, responsesApi: u.responses_api, realtimeApi: u.realtime_api,
       // An in-process sim takes its test controls (x-sim-*) unless told otherwise.
       forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
       speech: { formats: Object.freeze([...(u.speech_formats ?? SPEECH_FORMATS)]), pcmRate: u.speech_pcm_rate },

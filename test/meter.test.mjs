@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { SseMeter } from '../dist/meter/sse.js';
 import { ResponsesSseMeter } from '../dist/meter/responses-sse.js';
 import { JsonMeter } from '../dist/meter/json.js';
+import { StreamJsonMeter } from '../dist/meter/stream-json.js';
 
 const chunk = (delta, extra = {}) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta, logprobs: null, finish_reason: null }], ...extra })}\n\n`;
 const USAGE = { prompt_tokens: 7, completion_tokens: 4, total_tokens: 11 };
@@ -142,6 +143,50 @@ test('llama.cpp prompt progress: a stream cut before its usage is billed the pro
   const off = run(body, { promptTokens: () => 7 }, 100_000);
   assert.equal(off.out, body);
   assert.equal(off.m.usage().inputTokens, 7);
+});
+
+test('llama.cpp: a stream of several prompts opens with `data: null`, which passes through and is not metered', () => {
+  const text = 'data: null\n\n' + `data: {"choices":[{"text":" a","index":0,"logprobs":null,"finish_reason":"length"}],"object":"text_completion","usage":{"completion_tokens":1,"prompt_tokens":5,"total_tokens":6}}\n\n`
+    + `data: {"choices":[{"text":" b","index":1,"logprobs":null,"finish_reason":"length"}],"object":"text_completion","usage":{"completion_tokens":1,"prompt_tokens":4,"total_tokens":5}}\n\n` + 'data: [DONE]\n\n';
+  for (const cut of [1, 100_000]) {
+    const { m, out } = run(text, {}, cut);
+    assert.equal(out, text);
+    assert.deepEqual({ ...m.usage() }, { inputTokens: 9, outputTokens: 2, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+  }
+});
+
+test('a buffered request asked as a stream: the whole reply is built from the chunks, every task\'s usage summed', () => {
+  const ev = (o) => `data: ${JSON.stringify(o)}\n\n`;
+  const head = { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: '/m.gguf', system_fingerprint: 'b1' };
+  const c = (index, delta, finish = null, extra = {}) => ev({ ...head, choices: [{ index, delta, finish_reason: finish, ...extra }] });
+  const usage = (p, o) => ev({ ...head, choices: [], usage: { prompt_tokens: p, completion_tokens: o, total_tokens: p + o } });
+  const chat = c(1, { role: 'assistant', content: null }) + c(1, { content: 'Hé' }) + c(0, { role: 'assistant', content: null })
+    + c(0, { reasoning_content: 'hm' }) + c(0, { content: 'a' }, null, { logprobs: { content: [{ token: 'a', logprob: -1 }] } })
+    + c(0, { tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '{"x"' } }] })
+    + c(0, { tool_calls: [{ index: 0, function: { arguments: ':1}' } }] }, null, { logprobs: { content: [{ token: 'b', logprob: -2 }] } })
+    + c(1, { content: 'llo' }) + c(1, {}, 'length') + usage(35, 2) + c(0, {}, 'tool_calls') + usage(35, 3) + 'data: [DONE]\n\n';
+  for (const cut of [1, 5, 100_000]) {
+    const m = new StreamJsonMeter({ model: 'tiny', promptTokens: () => 1, outputTokens: () => 1 });
+    const bytes = Buffer.from(chat);
+    for (let i = 0; i < bytes.length; i += cut) assert.equal(m.onData(bytes.subarray(i, i + cut)), '');
+    const reply = JSON.parse(m.onEnd(true));
+    assert.deepEqual(reply, {
+      id: 'chatcmpl-1', object: 'chat.completion', created: 7, model: 'tiny', system_fingerprint: 'b1',
+      choices: [
+        { index: 0, message: { role: 'assistant', content: 'a', reasoning_content: 'hm', tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'f', arguments: '{"x":1}' } }] },
+          logprobs: { content: [{ token: 'a', logprob: -1 }, { token: 'b', logprob: -2 }] }, finish_reason: 'tool_calls' },
+        { index: 1, message: { role: 'assistant', content: 'Héllo' }, finish_reason: 'length' },
+      ],
+      usage: { prompt_tokens: 70, completion_tokens: 5, total_tokens: 75 },
+    });
+    assert.deepEqual({ ...m.usage() }, { inputTokens: 70, outputTokens: 5, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+  }
+  // Cut before [DONE]: no reply (a 502), nothing billed.
+  const cutShort = new StreamJsonMeter({ model: 'tiny', promptTokens: () => 1, outputTokens: () => 1 });
+  cutShort.onData(Buffer.from(chat.replace('data: [DONE]\n\n', '')));
+  assert.throws(() => cutShort.onEnd(true));
+  assert.equal(cutShort.usage().basis, 'partial');
+  assert.equal(cutShort.usage().inputTokens, 0);
 });
 
 test('whole unchanged events are forwarded as the very bytes that came in', () => {

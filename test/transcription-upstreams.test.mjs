@@ -1,7 +1,7 @@
 // Transcription upstreams that lack what OpenAI's route offers (config `upstreams.<name>.transcription`): sim acting
 // like faster-whisper-server (model in `model_name`, json and verbose_json only, no streaming, no word times), and
 // Tollgate making text, srt, vtt, the SSE stream and ElevenLabs word timings from its verbose_json; billed as ever.
-import { test } from 'node:test';
+import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startGateway, assertInvariants, bearer, TEST_MODELS } from './helpers/gateway.mjs';
 
@@ -45,14 +45,21 @@ async function speak(gw, key) {
   return Buffer.from(await r.arrayBuffer());
 }
 
-async function start(t) {
-  const gw = await startGateway(t, { store: 'pglite', upstreams: UPSTREAMS, models: MODELS });
-  const { key, account } = await gw.account('10');
-  return { gw, key, account, wav: await speak(gw, key) };
+let shared = null;
+const teardown = [];
+after(async () => { for (const f of teardown.reverse()) await f(); });
+/** One gateway for the file (its tests run one after another, each measuring its own debits), stopped after the last. */
+function start() {
+  shared ??= (async () => {
+    const gw = await startGateway({ after: (f) => teardown.push(f) }, { store: 'pglite', upstreams: UPSTREAMS, models: MODELS });
+    const { key, account } = await gw.account('10');
+    return { gw, key, account, wav: await speak(gw, key) };
+  })();
+  return shared;
 }
 
-test('an upstream with json and verbose_json only: text, srt and vtt are made from its verbose_json, as a full upstream makes them; each billed by the audio', async (t) => {
-  const { gw, key, account, wav } = await start(t);
+test('an upstream with json and verbose_json only: text, srt and vtt are made from its verbose_json, as a full upstream makes them; each billed by the audio', async () => {
+  const { gw, key, account, wav } = await start();
   for (const task of ['transcriptions', 'translations']) {
     for (const format of ['text', 'srt', 'vtt', 'json', 'verbose_json']) {
       const full = await upload(gw, key, `/v1/audio/${task}`, wav, { model: 'whisper-1', response_format: format });
@@ -74,8 +81,8 @@ test('an upstream with json and verbose_json only: text, srt and vtt are made fr
   await assertInvariants(assert, gw, account);
 });
 
-test('stream=true on an upstream that does not stream: Tollgate answers the transcript.text events from the whole reply', async (t) => {
-  const { gw, key, account, wav } = await start(t);
+test('stream=true on an upstream that does not stream: Tollgate answers the transcript.text events from the whole reply', async () => {
+  const { gw, key, account, wav } = await start();
   const before = await balanceNano(gw, account);
   const r = await upload(gw, key, '/v1/audio/transcriptions', wav, { model: 'lean-stt', stream: 'true' });
   assert.equal(r.status, 200);
@@ -89,8 +96,8 @@ test('stream=true on an upstream that does not stream: Tollgate answers the tran
   await assertInvariants(assert, gw, account);
 });
 
-test('the model goes in the field the upstream reads: without the capability config the host refuses, and nothing is billed', async (t) => {
-  const { gw, key, account, wav } = await start(t);
+test('the model goes in the field the upstream reads: without the capability config the host refuses, and nothing is billed', async () => {
+  const { gw, key, account, wav } = await start();
   const before = await balanceNano(gw, account);
   const r = await upload(gw, key, '/v1/audio/transcriptions', wav, { model: 'untold-stt' });
   assert.equal(r.status, 400);
@@ -103,8 +110,8 @@ test('the model goes in the field the upstream reads: without the capability con
   await assertInvariants(assert, gw, account);
 });
 
-test('a json-only upstream: text and the stream are made from json; srt is refused naming what is available, nothing billed', async (t) => {
-  const { gw, key, account, wav } = await start(t);
+test('a json-only upstream: text and the stream are made from json; srt is refused naming what is available, nothing billed', async () => {
+  const { gw, key, account, wav } = await start();
   const text = await upload(gw, key, '/v1/audio/transcriptions', wav, { model: 'plain-stt', response_format: 'text' });
   assert.equal(await text.text(), `${TEXT}\n`);
   const before = await balanceNano(gw, account);
@@ -120,8 +127,8 @@ test('a json-only upstream: text and the stream are made from json; srt is refus
   await assertInvariants(assert, gw, account);
 });
 
-test('ElevenLabs speech-to-text from an upstream with segment times only: each segment\'s words fall within it', async (t) => {
-  const { gw, key, account, wav } = await start(t);
+test('ElevenLabs speech-to-text from an upstream with segment times only: each segment\'s words fall within it', async () => {
+  const { gw, key, account, wav } = await start();
   const ask = async (model) => {
     const form = new FormData();
     form.append('file', new Blob([wav]), 'a.wav');

@@ -159,6 +159,8 @@ export class SseMeter implements Meter {
   private parsed(raw: string, payload: string): string {
     let obj: Record<string, unknown>;
     try { obj = JSON.parse(payload) as Record<string, unknown>; } catch { return raw; }
+    // Not an object (llama.cpp opens a stream of several prompts with `data: null`): nothing to meter, passed on.
+    if (!obj || typeof obj !== 'object' || Array.isArray(obj)) return raw;
     const usage = readUsage(obj.usage);
     if (usage) {
       const r = this.reported;

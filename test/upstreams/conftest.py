@@ -78,7 +78,8 @@ def llama_gateway(llama: Server) -> Iterator[UpstreamGateway]:
     if llama.unavailable:
         pytest.fail(llama.unavailable)
     gw = UpstreamGateway(
-        {"llama": {"base_url": llama.url, "timeout_ms": 30000, "prompt_progress": True}},
+        {"llama": {"base_url": llama.url, "timeout_ms": 30000, "prompt_progress": True,
+                   "usage_per_task": True}},
         [
             {"id": "tiny-llama", "upstream": "llama", "upstream_model": "tiny-llama.gguf", "kind": "chat",
              "input_per_mtok": "0.30", "output_per_mtok": "2.50", "max_output_tokens": MAX_OUTPUT},

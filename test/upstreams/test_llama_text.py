@@ -129,15 +129,58 @@ def test_chat_n2_streamed_billed_for_both_choices(llama_gateway: Gateway, accoun
     llama_gateway.assert_debited(account.key, before, billed)
 
 
-def test_chat_n2_buffered(llama_gateway: Gateway, account: Account, client: openai.OpenAI) -> None:
-    """Both choices come back named by Tollgate's id. llama.cpp's buffered usage counts one task only
-    (docs/upstreams.md): Tollgate bills the usage the reply reports, to the nanodollar."""
+def test_chat_n2_buffered_billed_for_every_task(llama_gateway: Gateway, account: Account, client: openai.OpenAI,
+                                               direct: openai.OpenAI) -> None:
+    """llama.cpp runs one task per choice, but its whole (non-streamed) reply has one `usage` block that counts one
+    task only: for two 5-token choices it says 5 completion tokens, and one prompt for the two the slots read. Billing
+    that under-bills by a whole choice. With `usage_per_task` Tollgate asks for a stream (which reports every task),
+    builds the whole reply from it, and bills and reports both tasks."""
+    own = direct.chat.completions.create(model="x", messages=HELLO, max_tokens=5, n=2, temperature=0)
+    assert [c.index for c in own.choices] == [0, 1]
+    assert own.usage.completion_tokens == 5, "llama.cpp's own whole reply counts one task"
+    prompt = own.usage.prompt_tokens
     before = llama_gateway.balance(account.key)
-    r = client.chat.completions.create(model="tiny-llama", messages=HELLO, max_tokens=5, n=2)
-    assert r.model == "tiny-llama"
+    r = client.chat.completions.create(model="tiny-llama", messages=HELLO, max_tokens=5, n=2, temperature=0)
+    assert r.model == "tiny-llama" and r.object == "chat.completion"
     assert [c.index for c in r.choices] == [0, 1]
-    assert all(c.message.content for c in r.choices)
-    llama_gateway.assert_debited(account.key, before, cost_nano("tiny-llama", r.usage.prompt_tokens, r.usage.completion_tokens))
+    # Greedy decoding: the same text llama.cpp answers whole, choice by choice.
+    assert [(c.message.role, c.message.content, c.finish_reason) for c in r.choices] == \
+        [(c.message.role, c.message.content, c.finish_reason) for c in own.choices]
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (2 * prompt, 10, 2 * prompt + 10)
+    llama_gateway.assert_debited(account.key, before, cost_nano("tiny-llama", 2 * prompt, 10))
+
+
+PROMPTS = ["The gate opens and", "hello there friend, the toll is"]
+
+
+def test_completions_prompt_list_buffered_billed_for_every_prompt(llama_gateway: Gateway, account: Account,
+                                                                  client: openai.OpenAI, direct: openai.OpenAI) -> None:
+    """A list of prompts is one task each; llama.cpp's whole reply counts one of them. Billed: every prompt's tokens
+    (as llama.cpp counts each on its own) and every choice's output."""
+    prompts = [direct.completions.create(model="x", prompt=p, max_tokens=1).usage.prompt_tokens for p in PROMPTS]
+    assert prompts[0] != prompts[1]
+    own = direct.completions.create(model="x", prompt=PROMPTS, max_tokens=4, temperature=0)
+    assert own.usage.completion_tokens == 4, "llama.cpp's own whole reply counts one task"
+    before = llama_gateway.balance(account.key)
+    r = client.completions.create(model="tiny-llama", prompt=PROMPTS, max_tokens=4, temperature=0)
+    assert r.object == "text_completion" and [c.index for c in r.choices] == [0, 1]
+    assert [c.text for c in r.choices] == [c.text for c in own.choices]
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (sum(prompts), 8)
+    llama_gateway.assert_debited(account.key, before, cost_nano("tiny-llama", sum(prompts), 8))
+
+
+def test_completions_prompt_list_streamed(llama_gateway: Gateway, account: Account, client: openai.OpenAI,
+                                          direct: openai.OpenAI) -> None:
+    """Streamed, llama.cpp opens a list of prompts with `data: null` (the meter used to fail on it) and reports
+    each prompt's usage on its finish chunk: the bill is their sum."""
+    prompts = [direct.completions.create(model="x", prompt=p, max_tokens=1).usage.prompt_tokens for p in PROMPTS]
+    before = llama_gateway.balance(account.key)
+    chunks = [c for c in client.completions.create(model="tiny-llama", prompt=PROMPTS, max_tokens=3, stream=True,
+                                                   stream_options={"include_usage": True}) if c is not None]
+    assert sorted({ch.index for c in chunks for ch in c.choices}) == [0, 1]
+    usages = usage_of(chunks)
+    assert sum(u.completion_tokens for u in usages) == 6 and sum(u.prompt_tokens for u in usages) == sum(prompts)
+    llama_gateway.assert_debited(account.key, before, cost_nano("tiny-llama", sum(prompts), 6))
 
 
 def test_stop_sequence(client: openai.OpenAI) -> None:

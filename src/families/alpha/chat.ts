@@ -21,7 +21,7 @@ export async function chatCompletion(s: Services, ctx: ExchangeClient, body: Buf
   atMostOutput(req, ['max_completion_tokens', 'max_tokens'], model);
   const maxOut = req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens;
   await textExchange(s, ctx, {
-    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1),
+    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1), tasks: req.n ?? 1,
     promptTokens: () => chatPromptTokens(req.messages),
     outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
   });

@@ -28,7 +28,7 @@ export async function completion(s: Services, ctx: ExchangeClient, body: Buffer 
   const perChoice = Math.min(req.max_tokens ?? 16, model.maxOutputTokens);
   await textExchange(s, ctx, {
     model, body: body!, parsed: req, upstreamPath: '/v1/completions',
-    maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts,
+    maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts, tasks: (req.n ?? 1) * prompts,
     promptTokens: () => promptTokens(req.prompt),
     outputTokens: (json) => choicesTokens(json, (c) => c.text),
   });

@@ -8,6 +8,7 @@ import type { Meter } from '../../exchange/meter.js';
 import { SseMeter, type SseMeterOptions } from '../../meter/sse.js';
 import { ResponsesSseMeter } from '../../meter/responses-sse.js';
 import { JsonMeter } from '../../meter/json.js';
+import { StreamJsonMeter } from '../../meter/stream-json.js';
 import { alpha } from './family.js';
 
 export interface TextExchange {
@@ -24,6 +25,8 @@ export interface TextExchange {
   responsesUpstream?: boolean;
   /** A body already mapped for the upstream (Responses → chat); sent as is. */
   upstreamBody?: Buffer;
+  /** The upstream tasks the request runs: choices (`n`) times prompts (a completions prompt list). */
+  tasks?: number;
   /** Reshapes the reply: a buffered JSON body, or a stream of events (Responses translation). */
   reshape?: { json(json: Record<string, unknown>): string; stream(): NonNullable<SseMeterOptions['translate']> };
 }
@@ -44,18 +47,23 @@ export interface ExchangeClient extends Downstream {
 
 /** Admits with the worst case, calls the upstream, and relays its reply through the meter that fits it. */
 export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExchange): Promise<void> {
+  const up = s.upstreams.config(x.model.upstream);
+  const tasks = x.tasks ?? 1;
+  // Every task of a per-task upstream reads the whole prompt and is billed it: the hold covers each.
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.debit?.id ?? ctx.requestId, nonce: ctx.debit?.nonce, reason: ctx.routeName,
     model: ctx.debit?.batch ? { id: x.model.id, prices: x.model.batchPrices } : x.model,
-    worst: { inputTokens: x.body.length, outputTokens: x.maxOutputTokens, characters: 0, audioInMs: 0, audioOutMs: 0 },
+    worst: { inputTokens: x.body.length * (up.usagePerTask ? tasks : 1), outputTokens: x.maxOutputTokens, characters: 0, audioInMs: 0, audioOutMs: 0 },
   });
   const stream = x.parsed.stream === true;
   const clientWantsUsage = stream && (x.parsed.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
-  const up = s.upstreams.config(x.model.upstream);
+  // A whole reply from llama.cpp counts one task's usage: several tasks are asked as a stream, which reports each.
+  const viaStream = !stream && up.usagePerTask && tasks > 1 && !x.upstreamBody && !x.reshape && !x.responsesUpstream;
   let meter: Meter;
   // Replies name the model by its Tollgate id (an alias answers with its model's id), never the upstream's name.
   const model = x.model.id;
-  if (!stream) meter = new JsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, reshape: x.reshape?.json, model });
+  if (viaStream) meter = new StreamJsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, model });
+  else if (!stream) meter = new JsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, reshape: x.reshape?.json, model });
   else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens, model);
   else {
     meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: up.continuousUsage && !x.upstreamBody, runningUsage: up.continuousUsage,
@@ -64,7 +72,7 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   }
   let call;
   try {
-    call = s.upstreams.call(x.model.upstream, 'POST', x.upstreamPath, ctx.headers, x.upstreamBody ?? rewrite(x, stream, clientWantsUsage, up), ctx.requestId);
+    call = s.upstreams.call(x.model.upstream, 'POST', x.upstreamPath, ctx.headers, x.upstreamBody ?? (viaStream ? asStream(x) : rewrite(x, stream, clientWantsUsage, up)), ctx.requestId);
   } catch (e) {
     await charge.release();
     throw e;
@@ -91,4 +99,10 @@ function rewrite(x: TextExchange, stream: boolean, clientWantsUsage: boolean, up
     out.stream_options = { ...((x.parsed.stream_options as object | null) ?? {}), include_usage: true, ...(continuous ? { continuous_usage_stats: true } : {}) };
   }
   return Buffer.from(JSON.stringify(out));
+}
+
+/** The buffered request as a stream with usage (StreamJsonMeter builds the whole reply back). */
+function asStream(x: TextExchange): Buffer {
+  const opts = (x.parsed.stream_options as object | null | undefined) ?? {};
+  return Buffer.from(JSON.stringify({ ...x.parsed, model: x.model.upstreamModel, stream: true, stream_options: { ...opts, include_usage: true } }));
 }
