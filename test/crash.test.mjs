@@ -426,3 +426,126 @@ test('stream-input sessions on an embedded gateway killed with kill -9 are bille
   assert.equal(show.balance, show.ledger_total, 'the balance equals the sum of the ledger');
   assert.equal(debited, owed.g1 + owed.g2 + owed.y1, 'each generation started billed once: none lost, none twice');
 });
+
+/** A realtime session on `gw` (raw `ws`): its events, and `until(pred)` for the first that matches. */
+function realtimeSocket(gw, key, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${gw.url.replace(/^http/, 'ws')}/alpha/v1/realtime?model=sim-chat`, { headers: { authorization: `Bearer ${key}`, ...headers } });
+    const events = [];
+    const waiters = [];
+    ws.on('message', (d) => { events.push(JSON.parse(d.toString())); for (const w of waiters.splice(0)) w(); });
+    ws.on('error', () => undefined);
+    const until = async (pred) => { for (;;) { const hit = events.find(pred); if (hit) return hit; await new Promise((r) => waiters.push(r)); } };
+    ws.on('open', () => resolve({ ws, events, until, send: (m) => ws.send(JSON.stringify(m)) }));
+    ws.on('unexpected-response', (_q, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
+  });
+}
+
+/**
+ * A realtime session on `gw` with two text responses, then kill -9: the first has completed (response.done
+ * seen), the second is streaming (sim: a token every 150 ms, at least 16 tokens) and is killed ~1.3 s after
+ * its first delta, past its second running record; a second session Z has had one response and is idle.
+ * `lastRecord()` reads the running record left by the dead
+ * process (its ledger entry) after the kill. Returns the completed responses' usage and that record.
+ */
+async function killDuringResponse(t, gw, key, lastRecord) {
+  const s = await realtimeSocket(gw, key, { 'x-sim-token-delay-ms': '150' });
+  const z = await realtimeSocket(gw, key, { 'x-sim-token-delay-ms': '150' });
+  await s.until((e) => e.type === 'session.created');
+  await z.until((e) => e.type === 'session.created');
+  const user = (text) => ({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
+  s.send(user('A short answer first.'));
+  s.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  z.send(user('One answer, then this session stays idle.'));
+  z.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+  const first = await s.until((e) => e.type === 'response.done');
+  assert.equal(first.response.status, 'completed', JSON.stringify(first.response.status_details));
+  // Z's one response is done: its running record, left in place, is of a part already settled.
+  const idle = await z.until((e) => e.type === 'response.done');
+  assert.equal(idle.response.status, 'completed', JSON.stringify(idle.response.status_details));
+  s.send(user('Now tell me a long story about gateways.'));
+  s.send({ type: 'response.create', response: { output_modalities: ['text'], max_output_tokens: 400 } });
+  const created = await s.until((e) => e.type === 'response.created' && e.response.id !== first.response.id);
+  await s.until((e) => e.type === 'response.output_text.delta' && e.response_id === created.response.id);
+  await sleep(1300);
+  gw.proc.kill('SIGKILL');
+  await gw.exited;
+  s.ws.terminate();
+  z.ws.terminate();
+  assert.ok(!s.events.some((e) => e.type === 'response.done' && e.response.id === created.response.id), 'the kill came mid-response');
+  const seen = s.events.filter((e) => e.type === 'response.output_text.delta' && e.response_id === created.response.id).length;
+  const record = await lastRecord();
+  t.diagnostic(`first response usage ${JSON.stringify(first.response.usage)}; second: ${seen} deltas seen; its last running record: ${JSON.stringify(record)}`);
+  assert.ok(record, 'a running record of the response under way was left by the dead process');
+  assert.match(record.idemKey, /^sess_[^#~]+#2$/, 'recorded under the response\'s own ledger key');
+  assert.ok(record.usage.output_tokens >= 2, `the record was kept up to date as the response streamed (${record.usage.output_tokens} output tokens)`);
+  assert.ok(record.usage.input_tokens > first.response.usage.input_tokens, 'its prompt carries the first turn');
+  assert.equal(BigInt(record.amount), priceNano(record.usage.input_tokens, record.usage.output_tokens), 'priced at the model\'s token prices');
+  return { first: first.response.usage, idle: idle.response.usage, record, sessionId: record.idemKey.slice(0, -2) };
+}
+
+test('realtime sessions on a gateway killed with kill -9 mid-response: recovery on another instance bills the response under way its prompt and the output at its last record, once, and the completed ones once', async (t) => {
+  const db = await freshDatabase();
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const redis = new Redis(REDIS_URL);
+  t.after(async () => { await redis.quit().catch(() => redis.disconnect()); await db.drop(); await clearRedisPrefix(prefix); });
+  const a = await startGateway(t, { store: 'postgres', redis: true, database: db, redisPrefix: prefix });
+  const b = await startGateway(t, { store: 'postgres', redis: true, database: db, redisPrefix: prefix });
+  const { account, key } = await a.account('1', { rpm: 100000, concurrency: 100 });
+  const lastRecord = async () => {
+    // `<amount>|<entry>` under the session's hold; the dead instance's heartbeat is only 5 s stale after this.
+    const entries = Object.values(await redis.hgetall(`${prefix}{${account}}:run`)).map((v) => JSON.parse(v.slice(v.indexOf('|') + 1)));
+    return entries.find((e) => e.idemKey.endsWith('#2')) ?? null;
+  };
+  const { first, idle, record, sessionId } = await killDuringResponse(t, a, key, lastRecord);
+
+  await waitFor('recovery by the surviving instance', async () => (await redis.hlen(`${prefix}{${account}}:holds`)) === 0
+    && (await redisLen(redis, `${prefix}{${account}}:pend`)) === 0, 30_000);
+  await b.stop();
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  let debits, balance, total;
+  try {
+    debits = (await c.query(`SELECT idem_key, amount_nd::text AS amount, usage FROM ledger WHERE account_id = $1 AND kind = 'debit' ORDER BY idem_key`, [account])).rows;
+    balance = BigInt((await c.query('SELECT balance_nd::text AS b FROM accounts WHERE id = $1', [account])).rows[0].b);
+    total = BigInt((await c.query('SELECT coalesce(sum(amount_nd), 0)::text AS s FROM ledger WHERE account_id = $1', [account])).rows[0].s);
+  } finally {
+    await c.end();
+  }
+  t.diagnostic(`debits: ${debits.map((d) => `${d.idem_key} ${d.amount} ${JSON.stringify(d.usage)}`).join('; ')}`);
+  assert.equal(debits.length, 3, 'one debit per response: S#1, S#2 (cut by the kill), Z#1');
+  assert.ok(debits.every((d) => /^sess_[^#~]+#\d$/.test(d.idem_key)), `each under its session and response, none stored twice: ${debits.map((d) => d.idem_key)}`);
+  const of = (k) => debits.find((d) => d.idem_key === k);
+  const r1 = priceNano(first.input_tokens, first.output_tokens);
+  const z1 = priceNano(idle.input_tokens, idle.output_tokens);
+  assert.equal(-BigInt(of(`${sessionId}#1`).amount), r1, 'the completed response billed its usage once');
+  assert.equal(-BigInt(of(`${sessionId}#2`).amount), BigInt(record.amount), 'the response under way billed the usage at its last record');
+  assert.equal(of(`${sessionId}#2`).usage.output_tokens, record.usage.output_tokens);
+  assert.equal(-BigInt(debits.find((d) => !d.idem_key.startsWith(sessionId)).amount), z1, 'the idle session\'s response billed once, its left-over record not again');
+  assert.equal(balance, total, 'the balance equals the sum of the ledger');
+  assert.equal(balance, 1_000_000_000n - r1 - z1 - BigInt(record.amount));
+});
+
+test('realtime sessions on an embedded gateway killed with kill -9 mid-response: after the restart the response under way is billed its usage at its last record, once, and the completed ones once', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-crash-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const a = await startGateway(t, { store: 'pglite', dataDir: dir });
+  const { account, key } = await a.account('1', { rpm: 100000, concurrency: 100 });
+  const journal = join(dir, 'run', 'debits.journal');
+  // The journal's last `D <id> <entry>` line for the response under way (its running record).
+  const lastRecord = () => {
+    const lines = existsSync(journal) ? readFileSync(journal, 'utf8').split('\n').filter((l) => l.startsWith('D ')) : [];
+    const entries = lines.map((l) => JSON.parse(l.slice(l.indexOf(' ', 2) + 1))).filter((e) => e.idemKey.endsWith('#2'));
+    return entries.at(-1) ?? null;
+  };
+  const { first, idle, record } = await killDuringResponse(t, a, key, lastRecord);
+  const b = await startGateway(t, { store: 'pglite', dataDir: dir });
+  await sleep(1000);
+  const show = await b.cli('account', 'show', account);
+  const debited = dollarsToNano('1') - dollarsToNano(show.ledger_total);
+  const r1 = priceNano(first.input_tokens, first.output_tokens);
+  const z1 = priceNano(idle.input_tokens, idle.output_tokens);
+  t.diagnostic(`debited ${debited} nd; owed ${r1} + ${z1} + ${record.amount} nd`);
+  assert.equal(show.balance, show.ledger_total, 'the balance equals the sum of the ledger');
+  assert.equal(debited, r1 + z1 + BigInt(record.amount), 'each response billed once: the completed ones their usage, the one under way its last record');
+});

@@ -21,7 +21,11 @@ function responseObject(ctx: SessionContext, a: Active, plan: Plan, status: stri
  * chat model's reply as realtime events, speak it sentence by sentence as it streams when audio is
  * asked for (each sentence's characters held before its call), and settle what was used as one
  * part: the tokens the upstream reported (what was produced, if it broke), and the characters sent
- * for synthesis.
+ * for synthesis. While it runs, its running record (the same debit as that settle) is written at its
+ * first output and then at most once a second, each time before the output is sent: a process killed
+ * mid-response is billed by recovery for the usage at the last record. Responses and transcriptions
+ * run one at a time (ctx.queue) and only responses record, so the session's one record is always
+ * the latest response's.
  */
 export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promise<void> {
   ctx.active = a;
@@ -52,7 +56,15 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
   // Audio output carries the text as its transcript.
   const deltaType = spoken ? 'response.output_audio_transcript.delta' : 'response.output_text.delta';
   const emptyPart = spoken ? { type: 'audio', transcript: '' } : { type: 'text', text: '' };
-  const speaker = plan.speech ? new Speaker(ctx, a, plan.speech, text, () => order.indexOf(text), seq) : null;
+  // The running record of this part (its ledger key `<session id>#<seq>`, the debit its settle makes):
+  // the tokens so far and the characters and audio spoken so far. Throttled by the charge (the first at
+  // once, then at most once a second); written only once output exists (nothing produced, nothing billed).
+  const record = (): Promise<void> => {
+    if (!meter.produced || !ctx.charge.progressDue(seq)) return Promise.resolve();
+    const spokenSoFar = speaker?.soFar() ?? { characters: 0, audioOutMs: 0 };
+    return ctx.charge.progress({ ...meter.usage(), ...spokenSoFar }, { seq });
+  };
+  const speaker = plan.speech ? new Speaker(ctx, a, plan.speech, text, () => order.indexOf(text), seq, record) : null;
   const startText = () => {
     if (textStarted) return;
     textStarted = true;
@@ -100,6 +112,8 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
     if (res) {
       for await (const chunk of res) {
         meter.onData(chunk as Buffer);
+        // Recorded before any of it is sent: a process killed from here on still bills what the client got.
+        await record();
         for (const ev of events.splice(0)) await ctx.emit(ev);
         // A failed speech chunk stops the reply: its text would go unspoken.
         if (a.cancelled || a.dropped || speaker?.failure) { call.abort(); break; }

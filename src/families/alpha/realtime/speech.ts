@@ -25,10 +25,19 @@ export class Speaker {
   private stopped = false;
   private accepted = false;
   private chunks = 0;
+  /** The chunk being spoken: its characters (accepted by the upstream) and the bytes of its audio so far. */
+  private live = { characters: 0, bytes: 0 };
   readonly result: SpeechResult = { characters: 0, audioOutMs: 0, held: 0n, failure: null };
 
   constructor(private readonly ctx: SessionContext, private readonly a: Active, private readonly voice: { voice: string; speed: number },
-    private readonly item: Item, private readonly outputIndex: () => number, private readonly seq: number) {}
+    private readonly item: Item, private readonly outputIndex: () => number, private readonly seq: number,
+    /** Writes the response's running record (throttled by the charge), before audio is sent. */
+    private readonly record: () => Promise<void>) {}
+
+  /** What has been spoken so far, the chunk under way included: the running record's characters and audio. */
+  soFar(): { characters: number; audioOutMs: number } {
+    return { characters: this.result.characters + this.live.characters, audioOutMs: this.result.audioOutMs + Math.floor(this.live.bytes / BYTES_PER_MS) };
+  }
 
   /** A speech chunk failed (or its hold was refused): the response stops. */
   get failure(): GatewayError | null { return this.result.failure; }
@@ -93,6 +102,8 @@ export class Speaker {
       if (failed) result.failure = failed;
       if (res) {
         accepted = true;
+        // Accepted by the upstream: its characters are billed from now on, so the running record counts them.
+        this.live = { characters, bytes: 0 };
         // The session's audio is 24 kHz PCM; an upstream whose pcm is at another rate (Piper's 22.05 kHz) is resampled, not played fast.
         const rate = ctx.s.upstreams.config(tts.upstream).speech.pcmRate;
         const resampler = rate === 24_000 ? null : new StreamResampler(rate, 24_000);
@@ -104,6 +115,8 @@ export class Speaker {
           if (resampler) c = Buffer.from(samplesToBytes(resampler.push(int16(c))));
           if (c.length === 0) continue;
           bytes += c.length;
+          this.live.bytes = bytes;
+          await this.record();
           if (!a.dropped) await ctx.emit({ type: 'response.output_audio.delta', response_id: a.id, item_id: this.item.id, output_index: this.outputIndex(), content_index: 0, delta: c.toString('base64') });
           if (a.cancelled || a.dropped) { call.abort(); break; }
         }
@@ -115,6 +128,8 @@ export class Speaker {
     }
     if (!accepted) return;
     this.accepted = true;
+    // The chunk moves from `live` to the result at once: soFar() never counts it twice.
+    this.live = { characters: 0, bytes: 0 };
     result.characters += characters;
     result.audioOutMs += Math.floor(bytes / BYTES_PER_MS);
     // What was spoken, for conversation.item.truncate.
