@@ -272,3 +272,47 @@ def test_a_spoken_reply_starts_before_its_text_is_complete(gateway: Gateway, acc
     assert len(audio) == len(text) * 60 * 48
     usage = response.usage
     gateway.assert_debited(account.key, before, price_nano(usage.input_tokens, usage.output_tokens) + len(text) * 15_000)
+
+
+def refused_status(gateway: Gateway, key: str) -> tuple[int, str]:
+    """Opens client.realtime.connect with `key`: the upgrade's refusal as (status, body), which the client raises."""
+    from websockets.exceptions import InvalidStatus
+
+    with pytest.raises(InvalidStatus) as refused:
+        with ws_client(gateway, key, "/v1").realtime.connect(model="sim-chat") as conn:
+            conn.recv()
+    response = refused.value.response
+    return response.status_code, response.body.decode("utf-8", "replace")
+
+
+def test_an_expired_client_secret_and_one_whose_parent_key_was_revoked_open_no_session(gateway: Gateway):
+    """A secret minted for 10 s (the shortest the family allows) opens nothing once expired; a 10-minute one
+    works until its parent key is revoked, then opens nothing either: 401 at the upgrade, nothing billed."""
+    import time
+
+    account = gateway.account("5")
+    parent = ws_client(gateway, account.key, "/v1")
+    short = parent.realtime.client_secrets.create(expires_after={"anchor": "created_at", "seconds": 10},
+                                                 session={"type": "realtime", "model": "sim-chat"})
+    long = parent.realtime.client_secrets.create(session={"type": "realtime", "model": "sim-chat"})
+    assert short.expires_at - time.time() <= 11
+    with ws_client(gateway, long.value, "/v1").realtime.connect(model="sim-chat") as conn:
+        assert conn.recv().type == "session.created"
+    before = gateway.balance(account.key)
+    time.sleep(max(0.0, short.expires_at - time.time()) + 1)
+    status, body = refused_status(gateway, short.value)
+    assert status == 401 and "expired" in body, body
+    gateway.cli("key", "revoke", account.key)
+    deadline = time.time() + 10  # the revocation reaches every cache through the change feed
+    while True:
+        try:
+            status, body = refused_status(gateway, long.value)
+            break
+        except BaseException:  # noqa: BLE001 - still open: the revocation has not arrived yet
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    assert status == 401 and "revoked" in body, body
+    # Nothing was billed for either refusal (read with a second key: the first one is revoked).
+    other = gateway.cli("key", "create", "--account", account.account_id)["key"]
+    assert gateway.balance(other) == before
