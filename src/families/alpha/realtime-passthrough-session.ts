@@ -11,6 +11,7 @@ import type { SessionHandler, SessionSocket } from '../../server/ws.js';
 import type { WebSocket } from '../../proxy/ws-upstream.js';
 import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../meter/realtime-usage.js';
 import { checkClientEvent, rewriteSessionModel, type Obj } from './realtime-passthrough-events.js';
+import { eventOf } from './realtime/protocol.js';
 
 const rid = (prefix: string): string => `${prefix}_${base62(16)}`;
 
@@ -97,15 +98,8 @@ export class Passthrough implements SessionHandler {
   /** A client frame: checked where billing or the model is at stake, then passed on as sent (or with its model name rewritten). */
   async message(data: Buffer, isBinary: boolean): Promise<void> {
     if (this.ended || this.upstreamGone) return;
-    let m: Obj;
-    try {
-      if (isBinary) throw new Error('binary');
-      const v = JSON.parse(data.toString('utf8')) as unknown;
-      if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error('not an object');
-      m = v as Obj;
-    } catch {
-      return this.error('invalid_json', 'The event is not a JSON object (send JSON text frames); the session goes on.');
-    }
+    const m = eventOf(data, isBinary);
+    if (!m) return this.error('invalid_json', 'The event is not a JSON object (send JSON text frames); the session goes on.');
     const refused = checkClientEvent(m, this.model, (name) => this.s.models.find(name)?.id === this.model.id);
     if (refused) return this.error(refused.code, refused.message, refused.param, m.event_id);
     let out: string | Buffer = data;

@@ -4,6 +4,17 @@ import type { UpstreamCall } from '../../../proxy/upstream.js';
 
 export type Obj = Record<string, unknown>;
 
+/** A client frame as the JSON object every event is; null for anything else (binary, not JSON, not an object), which the session answers with an `invalid_json` error event and goes on. */
+export function eventOf(data: Buffer, isBinary: boolean): Obj | null {
+  if (isBinary) return null;
+  try {
+    const v = JSON.parse(data.toString('utf8')) as unknown;
+    return v && typeof v === 'object' && !Array.isArray(v) ? v as Obj : null;
+  } catch {
+    return null;
+  }
+}
+
 /** A protocol id (`item_...`, `event_...`, `resp_...`, `call_...`). */
 export function rid(prefix: string): string { return `${prefix}_${base62(16)}`; }
 

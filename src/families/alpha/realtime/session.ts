@@ -11,7 +11,7 @@ import { audioCaps, type AudioCaps, type AudioModels } from './models.js';
 import { respond } from './response.js';
 import { planResponse } from './response-plan.js';
 import { updatedSession } from './session-config.js';
-import { abortCalls, CLIENT_ALIASES, GOING_AWAY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
+import { abortCalls, CLIENT_ALIASES, eventOf, GOING_AWAY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
 
 export class Realtime implements SessionHandler, SessionContext {
   session: Obj;
@@ -45,15 +45,8 @@ export class Realtime implements SessionHandler, SessionContext {
 
   async message(data: Buffer, isBinary: boolean): Promise<void> {
     if (this.ended) return;
-    let m: Obj;
-    try {
-      if (isBinary) throw new Error('binary');
-      const v = JSON.parse(data.toString('utf8')) as unknown;
-      if (!v || typeof v !== 'object' || Array.isArray(v)) throw new Error('not an object');
-      m = v as Obj;
-    } catch {
-      return this.error('invalid_json', 'The event is not a JSON object (send JSON text frames); the session goes on.');
-    }
+    const m = eventOf(data, isBinary);
+    if (!m) return this.error('invalid_json', 'The event is not a JSON object (send JSON text frames); the session goes on.');
     const type = typeof m.type === 'string' ? (CLIENT_ALIASES[m.type] ?? m.type) : null;
     try {
       switch (type) {
