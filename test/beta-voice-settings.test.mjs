@@ -87,8 +87,12 @@ test('text to speech sends voice_settings on to a model that lists them, refuses
       assert.match(body.error.message, new RegExp(`voice_settings\\.${setting} is not supported by model host-tts-plain.*models that take it: host-tts, sim-vs\\.`));
     }
   }
+  // A setting the family does not document is refused whatever its value: nothing here knows what it would change.
+  let res = await post(`/beta/v1/text-to-speech/${RACHEL}`, { text, model_id: 'host-tts-plain', voice_settings: { ...DEFAULTS, clone_strength: 0.5 } });
+  assert.equal(res.status, 422);
+  assert.deepEqual((await res.json()).detail[0].loc, ['body', 'voice_settings', 'clone_strength']);
   // A sim model configured to list them hears sim's refusal: sim's audio does not change with them.
-  let res = await post(`/beta/v1/text-to-speech/${RACHEL}?output_format=pcm_24000`, { text, model_id: 'sim-vs', voice_settings: { style: 0.5 } });
+  res = await post(`/beta/v1/text-to-speech/${RACHEL}?output_format=pcm_24000`, { text, model_id: 'sim-vs', voice_settings: { style: 0.5 } });
   assert.equal(res.status, 400);
   assert.match((await res.json()).error.message, /sim's voice does not change with voice_settings/);
   assert.equal(host.seen.length, calls, 'no refused request reached the host');

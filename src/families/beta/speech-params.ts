@@ -33,11 +33,18 @@ function asks(name: SpeechParam, v: unknown): boolean {
   return true;
 }
 
-/** The settings of a `voice_settings` object that ask for something (not null, not absent, not the premade default). */
-function askedSettings(v: unknown): VoiceSetting[] {
+/**
+ * The settings of a `voice_settings` object (its `speed` apart) that ask for something: not null, not
+ * absent, not the premade default; a setting the family does not document (e.g. the Python client's
+ * `clone_strength`) asks for something whatever its value, since nothing here knows what it would change.
+ */
+function askedSettings(v: unknown): string[] {
   if (!v || typeof v !== 'object') return [];
-  const o = v as Record<string, unknown>;
-  return VOICE_SETTINGS.filter((k) => o[k] !== undefined && o[k] !== null && o[k] !== VOICE_SETTING_DEFAULTS[k]);
+  const asks = (k: string, x: unknown): boolean => {
+    if (x === undefined || x === null) return false;
+    return !(VOICE_SETTINGS as string[]).includes(k) || x !== VOICE_SETTING_DEFAULTS[k as VoiceSetting];
+  };
+  return Object.entries(v as Record<string, unknown>).filter(([k, x]) => asks(k, x)).map(([k]) => k);
 }
 
 function unsupported(model: ModelConfig, models: readonly ModelConfig[], name: SpeechParam, loc: string[], shown: string): GatewayError {
