@@ -20,7 +20,7 @@ export type ModelKind = typeof MODEL_KINDS[number];
  * the same name on `/v1/audio/speech`; the beta family refuses any other one (422) rather than drop it.
  */
 export const SPEECH_PARAMS = ['seed', 'language_code', 'previous_text', 'next_text', 'previous_request_ids', 'next_request_ids',
-  'apply_text_normalization', 'apply_language_text_normalization'] as const;
+  'apply_text_normalization', 'apply_language_text_normalization', 'voice_settings', 'enable_ssml_parsing'] as const;
 export type SpeechParam = typeof SPEECH_PARAMS[number];
 /** The `response_format` values of the OpenAI-compatible speech route (docs/upstreams.md). */
 export const SPEECH_FORMATS = ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'] as const;
@@ -69,7 +69,7 @@ const Model = Type.Object({
   batch_discount_percent: Type.Integer({ minimum: 0, maximum: 100, default: 0, description: 'batch lines cost the live prices less this percentage' }),
   voice_cloning: Type.Boolean({ default: false, description: 'a tts model whose upstream clones voices from samples (docs/upstreams.md): cloned voices synthesize with it' }),
   speech_params: Type.Array(Type.Union(SPEECH_PARAMS.map((p) => Type.Literal(p))), {
-    default: [], uniqueItems: true, description: 'the beta family\'s speech parameters this tts model\'s upstream honours, sent on as extra JSON fields of /v1/audio/speech' }),
+    default: [], uniqueItems: true, description: 'the beta family\'s speech parameters this tts model\'s upstream honours, sent on as extra JSON fields of /v1/audio/speech (a sts model: voice_settings, sent on as a form field of /v1/audio/voice-conversion)' }),
 }, { additionalProperties: false });
 
 export const ConfigSchema = Type.Object({
@@ -282,7 +282,10 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       seen.add(name);
     }
     if (m.voice_cloning && m.kind !== 'tts') fail(`/models/${i}/voice_cloning`, 'only a tts model clones voices');
-    if (m.speech_params.length > 0 && m.kind !== 'tts') fail(`/models/${i}/speech_params`, 'only a tts model takes speech parameters');
+    if (m.kind === 'sts') {
+      // Voice conversion takes the family's voice_settings and nothing else of the list.
+      if (m.speech_params.some((p) => p !== 'voice_settings')) fail(`/models/${i}/speech_params`, 'a sts model takes only voice_settings');
+    } else if (m.speech_params.length > 0 && m.kind !== 'tts') fail(`/models/${i}/speech_params`, 'only a tts or sts model takes speech parameters');
     const passthrough = m.kind === 'realtime' && upstreams.get(m.upstream)!.realtimeApi;
     for (const f of ['audio_input_per_mtok', 'audio_output_per_mtok', 'cached_input_per_mtok'] as const) {
       if (m[f] !== undefined && !passthrough) fail(`/models/${i}/${f}`, 'only a realtime model on a realtime_api upstream is billed audio or cached tokens');

@@ -4,6 +4,7 @@ import { createHash } from 'node:crypto';
 import busboy from 'busboy';
 import { parseBuffer } from 'music-metadata';
 import { sendError } from './http.js';
+import { voiceSettingsAsked } from './speech.js';
 
 export const SIM_PCM_RATE = 24_000;
 
@@ -37,6 +38,10 @@ export async function voiceConversion(req: http.IncomingMessage, res: http.Serve
   const voice = form.fields.get('voice') ?? '';
   if (!form.file || form.file.length === 0) { sendError(res, 400, "'file' is required.", 'file'); return; }
   if (!voice || !knownVoice(voice)) { sendError(res, 404, `No voice "${voice.slice(0, 64)}".`, 'voice', 'voice_not_found'); return; }
+  const settings = form.fields.get('voice_settings');
+  let asked: boolean;
+  try { asked = settings !== undefined && voiceSettingsAsked(JSON.parse(settings)); } catch { asked = true; }
+  if (asked) { sendError(res, 400, 'sim\'s conversion does not change with voice_settings: only the premade defaults are taken.', 'voice_settings'); return; }
   const format = form.fields.get('response_format') ?? 'pcm';
   if (format !== 'pcm') { sendError(res, 400, 'This host converts to response_format pcm only.', 'response_format'); return; }
   let seconds: number;

@@ -90,6 +90,16 @@ function checkSpeechParams(body: Record<string, unknown>): void {
   if (asked('apply_text_normalization', 'auto')) throw new SimError(400, 'sim does not normalize text: apply_text_normalization must be "auto".', 'apply_text_normalization');
   if (asked('apply_language_text_normalization', false)) throw new SimError(400, 'sim does not normalize text.', 'apply_language_text_normalization');
   for (const f of ['previous_request_ids', 'next_request_ids']) if (asked(f, undefined)) throw new SimError(400, `sim keeps no earlier requests: ${f} is not taken.`, f);
+  if (asked('enable_ssml_parsing', false)) throw new SimError(400, 'sim does not parse SSML: enable_ssml_parsing must be false.', 'enable_ssml_parsing');
+  if (voiceSettingsAsked(body.voice_settings)) throw new SimError(400, 'sim\'s voice does not change with voice_settings: only the premade defaults are taken.', 'voice_settings');
+}
+
+/** ElevenLabs' premade defaults (stability 0.5, similarity_boost 0.75, style 0, use_speaker_boost true) ask for nothing; anything else sim cannot do. */
+export function voiceSettingsAsked(v: unknown): boolean {
+  if (v === undefined || v === null) return false;
+  if (typeof v !== 'object' || Array.isArray(v)) return true;
+  const defaults: Record<string, unknown> = { stability: 0.5, similarity_boost: 0.75, style: 0, use_speaker_boost: true, speed: 1 };
+  return Object.entries(v as Record<string, unknown>).some(([k, x]) => x !== null && x !== undefined && x !== defaults[k]);
 }
 
 /** Pieces of 250 ms of audio, written one by one (a slow reader holds the rest back). */

@@ -5,8 +5,8 @@ import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
-  type Generated, type SpeechSession, type StreamOptions,
+  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
+  voiceOfFrame, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 
 const REASON = 'tts.multi_stream_input';
@@ -37,6 +37,8 @@ interface Context {
   id: string | null;
   buffer: TextBuffer;
   voiceSettings: unknown;
+  /** The fields its voice_settings add to each generation's upstream body (speech-params.ts). */
+  voice: VoiceFields;
   /** Its first message's generation_config, as JSON (a later one must not differ). */
   config: string;
   timer: NodeJS.Timeout | null;
@@ -102,7 +104,7 @@ class MultiStreamInput implements SessionHandler {
     const ctx = known ?? this.open(id, m);
     if (!ctx) return;
     this.armContext(ctx);
-    if (known && changesSettings(known, m)) {
+    if (known && changesFirst(known, m)) {
       void this.error('voice_settings and generation_config apply from a context\'s first message only: these were not applied (close the context and open it again to change them).', id);
     }
     // A context's first message is `{"text": " "}`: that space opens it and is not spoken.
@@ -120,15 +122,17 @@ class MultiStreamInput implements SessionHandler {
       return null;
     }
     let buffer: TextBuffer;
+    let voice: VoiceFields = {};
     try {
       checkFirstFrame(m);
       buffer = new TextBuffer(scheduleOf(m));
+      if (this.session) voice = voiceOfFrame(this.s, this.session, m);
     } catch (e) {
       if (!(e instanceof GatewayError)) throw e;
       void this.error(`${e.code}: ${e.message} The context was not opened.`, id);
       return null;
     }
-    const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, config: JSON.stringify(m.generation_config ?? null), timer: null, tail: Promise.resolve() };
+    const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, voice, config: JSON.stringify(m.generation_config ?? null), timer: null, tail: Promise.resolve() };
     this.contexts.set(id ?? '', ctx);
     return ctx;
   }
@@ -141,7 +145,7 @@ class MultiStreamInput implements SessionHandler {
   /** Queues one generation of a context behind the session's others (one at a time: see Generations). */
   private generate(ctx: Context, piece: string): void {
     if (!this.session || !this.generations) return;
-    ctx.tail = this.generations.run(this.session, piece, ctx.voiceSettings, (g) => this.deliver(ctx, g)).catch((e: unknown) => {
+    ctx.tail = this.generations.run(this.session, piece, ctx.voice, (g) => this.deliver(ctx, g)).catch((e: unknown) => {
       // Not awaited by the message that queued it: a failure here is logged and ends the session, as a handler's would.
       log('error', 'multi-stream-input generation failed', { session: this.socket.id, error: String((e as Error)?.stack ?? e) });
       this.refuse(1011, 'internal error');
@@ -247,10 +251,3 @@ class MultiStreamInput implements SessionHandler {
   }
 }
 
-/** A later message of a context that would change its voice settings or schedule (the same values again, or none, change nothing). */
-function changesSettings(ctx: Context, m: Record<string, unknown>): boolean {
-  const voice = m.voice_settings ?? null;
-  const config = m.generation_config ?? null;
-  return (voice !== null && JSON.stringify(voice) !== JSON.stringify(ctx.voiceSettings ?? null))
-    || (config !== null && JSON.stringify(config) !== ctx.config);
-}

@@ -12,7 +12,7 @@ import { beta } from './family.js';
 import { betaPreset } from './presets.js';
 import { OUTPUT_FORMATS, type OutputFormat } from './schemas.js';
 import { production, type Production } from './produce.js';
-import { queryParams } from './speech-params.js';
+import { queryParams, voiceSettingsParams } from './speech-params.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
 
 /** ElevenLabs' defaults: 20 s without text closes the socket (or, multi-context, the context); at most 180. */
@@ -96,6 +96,25 @@ export async function keyOfFrame(s: Services, m: Record<string, unknown>): Promi
   const key = await authenticateKey(s.cache, given.replace(/^Bearer\s+/i, ''));
   requireScope(key, 'voice');
   return key;
+}
+
+/** The fields a first frame's `voice_settings` adds to each generation's upstream body (`speed`, `voice_settings`). */
+export type VoiceFields = Record<string, unknown>;
+
+/**
+ * A first frame's `voice_settings`, checked for the session's model: its fields, or a GatewayError
+ * (a setting the model's upstream does not take, asking for something: refused, never dropped).
+ */
+export function voiceOfFrame(s: Services, session: SpeechSession, m: Record<string, unknown>): VoiceFields {
+  return voiceSettingsParams(s.models.models, session.target.model, m.voice_settings);
+}
+
+/** A later frame that would change the first's voice_settings or generation_config (the same values again, or none, change nothing). */
+export function changesFirst(first: { voiceSettings: unknown; config: string }, m: Record<string, unknown>): boolean {
+  const voice = m.voice_settings ?? null;
+  const config = m.generation_config ?? null;
+  return (voice !== null && JSON.stringify(voice) !== JSON.stringify(first.voiceSettings ?? null))
+    || (config !== null && JSON.stringify(config) !== first.config);
 }
 
 /** What only a first frame carries and Tollgate cannot honour: refused, never dropped (no upstream of the contract takes pronunciation dictionaries). */
@@ -192,10 +211,10 @@ export class Generations {
    * Queues a generation after those already queued; `deliver` sends its outcome, and the next one
    * starts only once it has (a slow client holds the generations back). Resolves once delivered.
    */
-  run(session: SpeechSession, text: string, voiceSettings: unknown, deliver: (g: Generated) => Promise<void>): Promise<void> {
+  run(session: SpeechSession, text: string, voice: VoiceFields, deliver: (g: Generated) => Promise<void>): Promise<void> {
     this.queued++;
     const skipped: Generated = { ok: false, code: GOING_AWAY, reason: '', audio: null };
-    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, text, voiceSettings))).then(deliver).finally(() => { this.queued--; });
+    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, text, voice))).then(deliver).finally(() => { this.queued--; });
     this.chain = run.catch(() => undefined);
     return run;
   }
@@ -211,7 +230,7 @@ export class Generations {
    * commits the record); before that, nothing was produced and nothing is billed. Once produced, a
    * generation is billed whether the client stays to hear it or the upstream breaks off.
    */
-  private async generate(session: SpeechSession, text: string, voiceSettings: unknown): Promise<Generated> {
+  private async generate(session: SpeechSession, text: string, voice: VoiceFields): Promise<Generated> {
     const { charge, target, plan, extra } = session;
     if (!charge.isOpen) return { ok: false, code: GOING_AWAY, reason: '', audio: null };
     const characters = [...text].length;
@@ -230,9 +249,7 @@ export class Generations {
     let recorded = false;
     let failure: unknown = null;
     try {
-      const speed = (voiceSettings as { speed?: unknown } | undefined)?.speed;
-      const body = { ...extra, model: target.model.upstreamModel, input: text, voice: target.upstreamVoice, response_format: plan.upstreamFormat,
-        ...(typeof speed === 'number' ? { speed } : {}) };
+      const body = { ...extra, ...voice, model: target.model.upstreamModel, input: text, voice: target.upstreamVoice, response_format: plan.upstreamFormat };
       const call = this.s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
         Buffer.from(JSON.stringify(body)), `${this.sessionId}-${seq}`);
       const res = await call.response;

@@ -4,8 +4,8 @@ import { GatewayError } from '../../errors.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
-  DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions,
+  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
+  voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 
 const REASON = 'tts.stream_input';
@@ -31,7 +31,9 @@ class StreamInput implements SessionHandler {
   private ended = false;
   private buffer = new TextBuffer(DEFAULT_SCHEDULE);
   private timer: NodeJS.Timeout | null = null;
-  private voiceSettings: unknown = undefined;
+  /** The first frame's voice_settings and generation_config as given (a later frame must not change them) and the fields they add upstream. */
+  private firstSettings = { voiceSettings: undefined as unknown, config: 'null' };
+  private voice: VoiceFields = {};
   private readonly generations: Generations | null;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
@@ -66,6 +68,10 @@ class StreamInput implements SessionHandler {
     this.arm();
     const text = m.text;
     if (text !== undefined && typeof text !== 'string') return this.error('`text` must be a string.');
+    if (changesFirst(this.firstSettings, m)) {
+      // The family applies them from the first message only: said, not silently ignored; the text still goes on.
+      void this.error('voice_settings and generation_config apply from the first message only: these were not applied (open a new connection to change them).');
+    }
     if (text === '') return this.finish();
     if (typeof text === 'string') this.buffer.push(text);
     if (m.flush === true || this.o.autoMode) return this.flush();
@@ -81,12 +87,13 @@ class StreamInput implements SessionHandler {
       }
       checkFirstFrame(m);
       this.buffer = new TextBuffer(scheduleOf(m));
+      if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
     } catch (e) {
       if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);
       throw e;
     }
     this.started = true;
-    this.voiceSettings = m.voice_settings ?? undefined;
+    this.firstSettings = { voiceSettings: m.voice_settings ?? undefined, config: JSON.stringify(m.generation_config ?? null) };
     if (typeof m.text === 'string' && m.text.trim() !== '') {
       this.buffer.push(m.text);
       await this.runSchedule(false);
@@ -110,7 +117,7 @@ class StreamInput implements SessionHandler {
   /** Synthesizes one piece and sends its audio (waiting for a slow client); a refused or failed generation ends the session. */
   private async generate(piece: string): Promise<void> {
     if (!this.session || !this.generations) return;
-    await this.generations.run(this.session, piece, this.voiceSettings, (g) => this.send(g));
+    await this.generations.run(this.session, piece, this.voice, (g) => this.send(g));
   }
 
   private async send(g: Generated): Promise<void> {

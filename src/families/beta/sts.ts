@@ -10,6 +10,7 @@ import { relay } from '../../exchange/relay-http.js';
 import { SpeechMeter } from '../../meter/synthesis.js';
 import { buildForm, type FormPart } from '../../proxy/form.js';
 import { outputFormatOf } from './schemas.js';
+import { voiceSettingsParams } from './speech-params.js';
 import { production } from './produce.js';
 import { voiceOf } from '../../store/voices.js';
 import { voiceNotFound } from './speech-target.js';
@@ -32,10 +33,10 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   const audio = form.files.find((f) => f.field === 'audio');
   if (!audio) throw field422('audio', 'audio is required: the speech to convert.');
   const settings = form.field('voice_settings');
+  let voiceSettings: unknown;
   if (settings !== undefined && settings !== '' && settings !== 'null') {
-    let v: unknown;
-    try { v = JSON.parse(settings); } catch { throw field422('voice_settings', 'voice_settings must be a JSON object, sent as a string.'); }
-    if (!v || typeof v !== 'object' || Array.isArray(v)) throw field422('voice_settings', 'voice_settings must be a JSON object, sent as a string.');
+    try { voiceSettings = JSON.parse(settings); } catch { throw field422('voice_settings', 'voice_settings must be a JSON object, sent as a string.'); }
+    if (!voiceSettings || typeof voiceSettings !== 'object' || Array.isArray(voiceSettings)) throw field422('voice_settings', 'voice_settings must be a JSON object, sent as a string.');
   }
   const seed = form.field('seed');
   if (seed !== undefined && seed !== '' && !(/^\d{1,10}$/.test(seed) && Number(seed) <= 4_294_967_295)) throw field422('seed', 'seed must be an integer from 0 to 4294967295.');
@@ -43,6 +44,8 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   if (fileFormat !== undefined && fileFormat !== '' && fileFormat !== 'other' && fileFormat !== 'pcm_s16le_16') throw field422('file_format', 'file_format must be pcm_s16le_16 or other.');
   const denoise = form.field('remove_background_noise');
   const model = s.models.resolve(form.field('model_id') || DEFAULT_STS_MODEL_ID, 'sts');
+  // Sent on whole (speed too) to a model that lists voice_settings; else a setting that asks for something is refused.
+  const voice = voiceSettingsParams(s.models.models, model, voiceSettings, ['body'], true);
   // The target voice: a preset by name, or the caller's cloned voice, which only its own upstream knows.
   let upstreamVoice = preset(voiceId);
   if (upstreamVoice === null) {
@@ -69,6 +72,7 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   if (fileFormat === 'pcm_s16le_16') parts.push({ name: 'input_format', value: 'pcm_s16le_16' });
   if (denoise === 'true' || denoise === 'True') parts.push({ name: 'remove_background_noise', value: 'true' });
   if (seed) parts.push({ name: 'seed', value: seed });
+  if (voice.voice_settings !== undefined) parts.push({ name: 'voice_settings', value: JSON.stringify(voice.voice_settings) });
   const up = buildForm(parts);
   const meter = new SpeechMeter({ audioInMs: audioMs }, plan.encoder(), plan.contentType, { 'request-id': ctx.requestId });
   let call;

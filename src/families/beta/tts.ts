@@ -34,17 +34,16 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
       detail: [{ loc: ['body', 'pronunciation_dictionary_locators'], msg: 'pronunciation dictionaries are not supported', type: 'unsupported_parameter' }] });
   }
   const target = await speechTarget(s, ctx.key!.accountId, voiceId, req.model_id, preset);
-  // Refused here, before anything is held, when the voice's model cannot honour one.
+  // Refused here, before anything is held, when the voice's model cannot honour one (voice_settings included).
   const extra = speechParams(s.models.models, target.model, req);
   const plan = production(format, s.upstreams.config(target.model.upstream).speech);
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: target.model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 },
   });
-  const speed = req.voice_settings?.speed;
+  // `extra` carries voice_settings.speed as OpenAI's `speed` (speech-params.ts).
   const upstreamBody = Buffer.from(JSON.stringify({
     ...extra, model: target.model.upstreamModel, input: req.text, voice: target.upstreamVoice, response_format: plan.upstreamFormat,
-    ...(typeof speed === 'number' ? { speed } : {}),
   }));
   const headers = { 'request-id': ctx.requestId, 'character-cost': String(characters) };
   const meter = shape === 'audio'

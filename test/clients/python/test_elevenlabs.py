@@ -7,8 +7,9 @@ import json
 import struct
 
 import pytest
-from elevenlabs import ElevenLabs
+from elevenlabs import ElevenLabs, VoiceSettings
 from elevenlabs.core.api_error import ApiError
+from elevenlabs.errors import UnprocessableEntityError
 
 from conftest import REPO
 from elevenlabs_spec import ElevenLabsSpec
@@ -290,3 +291,22 @@ def test_speech_parameters_the_model_takes_are_honoured_and_others_refused_with_
     assert err.value.body["detail"][0]["loc"] == ["body", "apply_text_normalization"]
     assert err.value.body["error"]["code"] == "unsupported_parameter"
     gateway.assert_not_debited(account.key, before)
+
+
+def test_voice_settings_a_model_cannot_honour_are_a_422_the_client_raises_and_the_defaults_pass(el, el_spec, gateway, account):
+    # sim's voice does not change with voice settings, so no embedded model lists them: asked for, they are refused, not dropped.
+    text = "Settled speech."
+    before = gateway.balance(account.key)
+    with pytest.raises(UnprocessableEntityError) as err:
+        b"".join(el.text_to_speech.convert(GEORGE, text=text, model_id="eleven_multilingual_v2", output_format="pcm_24000",
+                                           voice_settings=VoiceSettings(stability=0.2)))
+    el_spec.assert_valid("HTTPValidationError", {"detail": err.value.body["detail"]})
+    assert err.value.body["detail"][0]["loc"] == ["body", "voice_settings", "stability"]
+    assert err.value.body["error"]["code"] == "unsupported_parameter"
+    gateway.assert_not_debited(account.key, before)
+    # ElevenLabs' premade defaults (and a speed, which is OpenAI's own) ask for nothing: they pass, billed as usual.
+    defaults = VoiceSettings(stability=0.5, similarity_boost=0.75, style=0.0, use_speaker_boost=True, speed=1.0)
+    audio = b"".join(el.text_to_speech.convert(GEORGE, text=text, model_id="eleven_multilingual_v2", output_format="pcm_24000",
+                                               voice_settings=defaults))
+    assert len(audio) == round(len(text) * 0.06 * 24000) * 2
+    gateway.assert_debited(account.key, before, len(text) * TTS_ND_PER_CHAR)
