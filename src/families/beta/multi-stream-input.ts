@@ -5,7 +5,7 @@ import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
+  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, streamOptions, TextBuffer,
   voiceOfFrame, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 
@@ -60,13 +60,7 @@ class MultiStreamInput implements SessionHandler {
   }
 
   opened(): void {
-    if (this.o.formatError) {
-      this.ended = true;
-      const { message, reason } = this.o.formatError;
-      void this.socket.send(JSON.stringify({ message, error: 'invalid_output_format', code: POLICY }))
-        .then(() => this.socket.close(POLICY, reason));
-      return;
-    }
+    if (refusedFormat(this.socket, this.o)) { this.ended = true; return; }
     this.arm();
   }
 

@@ -7,7 +7,7 @@ import { price } from '../../ledger/pricing.js';
 import { SpeechMeter } from '../../meter/synthesis.js';
 import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
-import type { UpgradeRequest } from '../../server/ws.js';
+import type { SessionSocket, UpgradeRequest } from '../../server/ws.js';
 import { beta } from './family.js';
 import { betaPreset } from './presets.js';
 import { OUTPUT_FORMATS, type OutputFormat } from './schemas.js';
@@ -281,4 +281,15 @@ export class Generations {
     }
     return { ok: true, audio, alignment: align(text, Math.round((pcmBytes / 2 / plan.pcmRate) * 1000)) };
   }
+}
+
+/**
+ * Refuses a session whose `output_format` was refused (StreamOptions.formatError): the whole reason in a
+ * message (a close reason holds 123 bytes), then the family's 1008 close. True when it refused.
+ */
+export function refusedFormat(socket: SessionSocket, o: StreamOptions): boolean {
+  if (!o.formatError) return false;
+  const { message, reason } = o.formatError;
+  void socket.send(JSON.stringify({ message, error: 'invalid_output_format', code: POLICY })).then(() => socket.close(POLICY, reason));
+  return true;
 }

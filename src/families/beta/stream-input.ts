@@ -4,7 +4,7 @@ import { GatewayError } from '../../errors.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, scheduleOf, streamOptions, TextBuffer,
+  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, streamOptions, TextBuffer,
   voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 
@@ -42,14 +42,7 @@ class StreamInput implements SessionHandler {
   }
 
   opened(): void {
-    if (this.o.formatError) {
-      // The whole reason in a message (a close reason holds 123 bytes), then the close the family sends.
-      this.ended = true;
-      const { message, reason } = this.o.formatError;
-      void this.socket.send(JSON.stringify({ message, error: 'invalid_output_format', code: POLICY }))
-        .then(() => this.socket.close(POLICY, reason));
-      return;
-    }
+    if (refusedFormat(this.socket, this.o)) { this.ended = true; return; }
     this.arm();
   }
 
