@@ -6,6 +6,7 @@ import { SseMeter } from '../dist/meter/sse.js';
 import { ResponsesSseMeter } from '../dist/meter/responses-sse.js';
 import { JsonMeter } from '../dist/meter/json.js';
 import { StreamJsonMeter } from '../dist/meter/stream-json.js';
+import { usage as usageOf } from '../dist/exchange/usage.js';
 
 const chunk = (delta, extra = {}) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', choices: [{ index: 0, delta, logprobs: null, finish_reason: null }], ...extra })}\n\n`;
 const USAGE = { prompt_tokens: 7, completion_tokens: 4, total_tokens: 11 };
@@ -103,7 +104,7 @@ test('llama.cpp: usage on a completions finish chunk is the exact usage, kept fo
   for (const cut of [1, 7, 100_000]) {
     const { m, out } = run(LLAMA_COMPLETION, {}, cut);
     assert.equal(out, LLAMA_COMPLETION);
-    assert.deepEqual(m.usage(), { inputTokens: 5, outputTokens: 2, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+    assert.deepEqual(m.usage(), usageOf({ inputTokens: 5, outputTokens: 2, basis: 'exact' }));
   }
   const { m, out } = run(LLAMA_COMPLETION, { stripUsageChunk: true }, 100_000);
   assert.equal(m.usage().basis, 'exact');
@@ -119,7 +120,7 @@ test('llama.cpp: n=2 reports each choice\'s usage on its own; the stream\'s usag
   const text = chunk({ content: 'a' }) + chunk({ content: 'b' }) + u(23, 2)
     + `data: {"choices":[{"index":1,"delta":{"content":"c"},"finish_reason":null}]}\n\n` + u(23, 3) + 'data: [DONE]\n\n';
   const { m } = run(text, {}, 100_000);
-  assert.deepEqual({ ...m.usage() }, { inputTokens: 46, outputTokens: 5, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+  assert.deepEqual({ ...m.usage() }, usageOf({ inputTokens: 46, outputTokens: 5, basis: 'exact' }));
   // An upstream with running usage: the newest report replaces the last.
   assert.equal(run(text, { runningUsage: true }, 100_000).m.usage().outputTokens, 3);
 });
@@ -132,7 +133,7 @@ test('llama.cpp prompt progress: a stream cut before its usage is billed the pro
     const { m, out } = run(body, { promptProgress: 'strip', promptTokens: () => 7 }, cut);
     assert.ok(!out.includes('prompt_progress'), out);
     assert.equal(out, chunk({ role: 'assistant', content: null }) + chunk({ content: 'a' }) + chunk({ content: 'b' }));
-    assert.deepEqual({ ...m.usage() }, { inputTokens: 35, outputTokens: 2, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'partial' });
+    assert.deepEqual({ ...m.usage() }, usageOf({ inputTokens: 35, outputTokens: 2, basis: 'partial' }));
   }
   // The client asked for return_progress itself: it gets the chunks; two tasks (n=2) each count their prompt.
   const two = body + progress(1, 35, 35);
@@ -151,7 +152,7 @@ test('llama.cpp: a stream of several prompts opens with `data: null`, which pass
   for (const cut of [1, 100_000]) {
     const { m, out } = run(text, {}, cut);
     assert.equal(out, text);
-    assert.deepEqual({ ...m.usage() }, { inputTokens: 9, outputTokens: 2, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+    assert.deepEqual({ ...m.usage() }, usageOf({ inputTokens: 9, outputTokens: 2, basis: 'exact' }));
   }
 });
 
@@ -179,7 +180,7 @@ test('a buffered request asked as a stream: the whole reply is built from the ch
       ],
       usage: { prompt_tokens: 70, completion_tokens: 5, total_tokens: 75 },
     });
-    assert.deepEqual({ ...m.usage() }, { inputTokens: 70, outputTokens: 5, reasoningTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0, basis: 'exact' });
+    assert.deepEqual({ ...m.usage() }, usageOf({ inputTokens: 70, outputTokens: 5, basis: 'exact' }));
   }
   // Cut before [DONE]: no reply (a 502), nothing billed.
   const cutShort = new StreamJsonMeter({ model: 'tiny', promptTokens: () => 1, outputTokens: () => 1 });
