@@ -273,3 +273,20 @@ test('a stretch held for and billed nothing (a failed part) is given back by shr
     assert.equal((await admit(l, 'k', 'k5', 1n, 10_000n, { concurrency: 1 })).ok, true, `${l.kind}: released, the slot is free`);
   }
 });
+
+test('10,000 holds of one account settled and 10,000 released in one turn all reach Redis (sent in slices, not as one call that overflows the stack)', { timeout: 60_000 }, async (t) => {
+  const l = await redisLimiter(t);
+  const n = 10_000;
+  for (let i = 0; i < n; i++) assert.equal((await admit(l, 'z', `zs${i}`, 10n, 200_000n, { concurrency: 100_000 })).ok, true);
+  for (let i = 0; i < n; i++) assert.equal((await admit(l, 'z', `zr${i}`, 10n, 200_000n, { concurrency: 100_000 })).ok, true);
+  assert.equal(await l.openHolds('z'), 2 * n);
+  // One turn: every settle and release is queued before the first flush.
+  await Promise.all([
+    ...Array.from({ length: n }, (_, i) => l.settle(`zs${i}`, debit('z', `zs${i}`, 7n), true)),
+    ...Array.from({ length: n }, (_, i) => l.release('z', `zr${i}`)),
+  ]);
+  assert.equal(await l.openHolds('z'), 0, 'every hold is gone');
+  // Pending are 7 x 10,000 = 70,000 of a 200,000 balance: 130,000 can be held, and not a unit more.
+  assert.equal((await admit(l, 'z', 'zfit', 130_000n, 200_000n, { concurrency: 100_000 })).ok, true, 'every debit counts, at its amount');
+  assert.equal((await admit(l, 'z', 'zover', 1n, 200_000n, { concurrency: 100_000 })).ok, false);
+});

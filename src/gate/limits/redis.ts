@@ -273,6 +273,20 @@ type Scripted = Redis & {
 
 interface Batch<T> { items: T[]; done: Promise<void>; settle(err?: unknown): void }
 
+/**
+ * The most items one script call carries: a turn's batch for one account goes in calls of at most this
+ * many. The arguments are spread onto the stack: 9,900 streams ending in one turn (7 arguments a settle)
+ * overflowed it ("Maximum call stack size exceeded"), and each debit fell back to a direct commit.
+ */
+const MAX_PER_CALL = 500;
+
+/** Runs `call` on the items in slices of MAX_PER_CALL (sent in order on the one connection); resolves when all have. */
+function inCalls<T>(items: readonly T[], call: (part: readonly T[]) => Promise<unknown>): Promise<void> {
+  const calls: Promise<unknown>[] = [];
+  for (let i = 0; i < items.length; i += MAX_PER_CALL) calls.push(call(items.slice(i, i + MAX_PER_CALL)));
+  return Promise.all(calls).then(() => undefined);
+}
+
 /** A heartbeat every second; an owner silent for 5 s is dead and its holds and debits are taken over. */
 export const HEARTBEAT_MS = 1000;
 export const DEAD_AFTER_MS = 5000;
@@ -399,7 +413,8 @@ export class RedisLimiter implements Limiter {
     this.releases = new Map();
     for (const [accountId, b] of due) {
       const [sum, holds, exp, run] = this.keys(accountId);
-      this.redis.tgRelease(sum, holds, exp, run, ...b.items).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('release failed')));
+      inCalls(b.items, (part) => this.redis.tgRelease(sum, holds, exp, run, ...part))
+        .then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('release failed')));
     }
   }
 
@@ -413,9 +428,11 @@ export class RedisLimiter implements Limiter {
     const due = this.settles;
     this.settles = new Map();
     for (const [accountId, b] of due) {
-      const args: string[] = [this.owner];
-      for (const [holdId, d, final, covered] of b.items) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString());
-      this.redis.tgSettle(...this.keys(accountId), ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
+      inCalls(b.items, (part) => {
+        const args: string[] = [this.owner];
+        for (const [holdId, d, final, covered] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString());
+        return this.redis.tgSettle(...this.keys(accountId), ...args);
+      }).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }
   }
 
