@@ -2,7 +2,7 @@
 import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { GatewayError } from '../errors.js';
-import type { UpstreamCall } from '../proxy/upstream.js';
+import type { UpstreamCall, Upstreams } from '../proxy/upstream.js';
 import { upstreamMalformed } from '../proxy/upstream.js';
 import { log } from '../observe/log.js';
 import type { Charge } from './charge.js';
@@ -145,4 +145,31 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
     return;
   }
   down.end();
+}
+
+/** What relayCall needs beside the relay itself: the model whose upstream is called, and the request to send it. */
+export interface CallSpec extends Omit<Relay, 'call' | 'idleMs' | 'label'> {
+  model: { id: string; upstream: string };
+  path: string;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
+/**
+ * POSTs the request to the model's upstream and relays the reply (idle cut at the upstream's timeout,
+ * the model named in the log). A call that cannot even start releases the charge: nothing was sent,
+ * nothing is billed.
+ */
+export async function relayCall(upstreams: Upstreams, c: CallSpec): Promise<void> {
+  let call: UpstreamCall;
+  try {
+    call = upstreams.call(c.model.upstream, 'POST', c.path, c.headers, c.body, c.requestId);
+  } catch (e) {
+    await c.charge.release();
+    throw e;
+  }
+  await relay({
+    down: c.down, charge: c.charge, call, meter: c.meter, upstreamError: c.upstreamError, requestId: c.requestId,
+    idleMs: upstreams.config(c.model.upstream).timeoutMs, label: c.model.id, ...(c.convert ? { convert: c.convert } : {}),
+  });
 }

@@ -7,7 +7,7 @@ import type { Route } from '../../server/router.js';
 import type { ModelConfig } from '../../config.js';
 import { GatewayError } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay } from '../../exchange/relay-http.js';
+import { relayCall } from '../../exchange/relay-http.js';
 import { WholeInputMeter, type WholeInput } from '../../meter/speech.js';
 import { presetVoice, OPENAI_VOICES } from '../../resolve/voices.js';
 import { voiceOf } from '../../store/voices.js';
@@ -79,16 +79,10 @@ export async function audioExchange(s: Services, ctx: Ctx, x: {
     key: ctx.key!, id: ctx.requestId, model: x.model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: x.bill.characters ?? 0, audioInMs: x.bill.audioInMs ?? 0, audioOutMs: 0 },
   });
-  let call;
-  try {
-    call = s.upstreams.call(x.model.upstream, 'POST', x.path, x.headers, x.body, ctx.requestId);
-  } catch (e) {
-    await charge.release();
-    throw e;
-  }
-  await relay({
-    down: ctx, charge, call, meter: x.meter ?? new WholeInputMeter(x.mode, x.bill, x.contentType), convert: x.convert, idleMs: s.upstreams.config(x.model.upstream).timeoutMs,
-    requestId: ctx.requestId, label: x.model.id, upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
+  await relayCall(s.upstreams, {
+    down: ctx, charge, meter: x.meter ?? new WholeInputMeter(x.mode, x.bill, x.contentType), convert: x.convert, requestId: ctx.requestId,
+    model: x.model, path: x.path, headers: x.headers, body: x.body,
+    upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
   });
 }
 

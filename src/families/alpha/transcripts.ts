@@ -8,7 +8,7 @@ import type { ModelConfig } from '../../config.js';
 import { TRANSCRIPT_FORMATS, type TranscriptFormat, type TranscriptionCaps } from '../../config-transcription.js';
 import { GatewayError } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay } from '../../exchange/relay-http.js';
+import { relayCall } from '../../exchange/relay-http.js';
 import { TranscriptMeter } from '../../meter/transcript.js';
 import { measureAudio } from '../../meter/audio.js';
 import { readMultipart, type Multipart } from '../../server/multipart.js';
@@ -83,15 +83,9 @@ async function rendered(s: Services, ctx: Ctx, x: { model: ModelConfig; path: st
   const meter = plan.events
     ? new TranscriptMeter(x.audioMs, (json) => transcriptEvents(json), 'text/event-stream; charset=utf-8')
     : new TranscriptMeter(x.audioMs, (json) => renderTranscript(json, plan.format, secs), FORMAT_TYPES[plan.format]);
-  let call;
-  try {
-    call = s.upstreams.call(model.upstream, 'POST', x.path, { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, up.body, ctx.requestId);
-  } catch (e) {
-    await charge.release();
-    throw e;
-  }
-  await relay({
-    down: ctx, charge, call, meter, idleMs: s.upstreams.config(model.upstream).timeoutMs, requestId: ctx.requestId, label: model.id,
+  await relayCall(s.upstreams, {
+    down: ctx, charge, meter, requestId: ctx.requestId,
+    model: model, path: x.path, headers: { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, body: up.body,
     upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
   });
 }

@@ -6,7 +6,7 @@ import type { Ctx } from '../../server/context.js';
 import { GatewayError } from '../../errors.js';
 import { readMultipart } from '../../server/multipart.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay } from '../../exchange/relay-http.js';
+import { relayCall } from '../../exchange/relay-http.js';
 import { SpeechMeter } from '../../meter/synthesis.js';
 import { buildForm, type FormPart } from '../../proxy/form.js';
 import { outputFormatOf } from './schemas.js';
@@ -75,15 +75,9 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   if (voice.voice_settings !== undefined) parts.push({ name: 'voice_settings', value: JSON.stringify(voice.voice_settings) });
   const up = buildForm(parts);
   const meter = new SpeechMeter({ audioInMs: audioMs }, plan.encoder(), plan.contentType, { 'request-id': ctx.requestId });
-  let call;
-  try {
-    call = s.upstreams.call(model.upstream, 'POST', '/v1/audio/voice-conversion', { ...ctx.headers, 'content-type': up.contentType, accept: '*/*' }, up.body, ctx.requestId);
-  } catch (e) {
-    await charge.release();
-    throw e;
-  }
-  await relay({
-    down: ctx, charge, call, meter, idleMs: s.upstreams.config(model.upstream).timeoutMs, requestId: ctx.requestId, label: model.id,
+  await relayCall(s.upstreams, {
+    down: ctx, charge, meter, requestId: ctx.requestId,
+    model: model, path: '/v1/audio/voice-conversion', headers: { ...ctx.headers, 'content-type': up.contentType, accept: '*/*' }, body: up.body,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
 }

@@ -6,7 +6,7 @@ import type { Readable } from 'node:stream';
 import { GatewayError } from '../../errors.js';
 import { readMultipart, type Multipart } from '../../server/multipart.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay } from '../../exchange/relay-http.js';
+import { relayCall } from '../../exchange/relay-http.js';
 import { TranscriptMeter } from '../../meter/transcript.js';
 import { buildForm, type FormPart } from '../../proxy/form.js';
 import { chunkResponse, type Granularity } from './transcript.js';
@@ -87,15 +87,9 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
   if (temperature !== undefined && temperature !== '') parts.push({ name: 'temperature', value: temperature });
   const up = buildForm(parts);
   const meter = new TranscriptMeter(audioMs, (json) => JSON.stringify(chunkResponse(json, { durationSecs: audioMs / 1000, granularity, languageCode: language })));
-  let call;
-  try {
-    call = s.upstreams.call(model.upstream, 'POST', '/v1/audio/transcriptions', { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, up.body, ctx.requestId);
-  } catch (e) {
-    await charge.release();
-    throw e;
-  }
-  await relay({
-    down: ctx, charge, call, meter, idleMs: s.upstreams.config(model.upstream).timeoutMs, requestId: ctx.requestId, label: model.id,
+  await relayCall(s.upstreams, {
+    down: ctx, charge, meter, requestId: ctx.requestId,
+    model: model, path: '/v1/audio/transcriptions', headers: { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, body: up.body,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
 }

@@ -5,7 +5,7 @@ import type { Ctx } from '../../server/context.js';
 import { GatewayError } from '../../errors.js';
 import { parseJson } from '../validate.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay } from '../../exchange/relay-http.js';
+import { relayCall } from '../../exchange/relay-http.js';
 import { SpeechMeter, TimestampsMeter } from '../../meter/synthesis.js';
 import { checkTts, outputFormatOf } from './schemas.js';
 import { speechTarget } from './speech-target.js';
@@ -49,15 +49,9 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   const meter = shape === 'audio'
     ? new SpeechMeter({ characters }, plan.encoder(), plan.contentType, headers)
     : new TimestampsMeter(stream ? 'stream' : 'buffered', req.text, plan.pcmRate, plan.encoder(), headers);
-  let call;
-  try {
-    call = s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...ctx.headers, 'content-type': 'application/json', accept: '*/*' }, upstreamBody, ctx.requestId);
-  } catch (e) {
-    await charge.release();
-    throw e;
-  }
-  await relay({
-    down: ctx, charge, call, meter, idleMs: s.upstreams.config(target.model.upstream).timeoutMs, requestId: ctx.requestId, label: target.model.id,
+  await relayCall(s.upstreams, {
+    down: ctx, charge, meter, requestId: ctx.requestId,
+    model: target.model, path: '/v1/audio/speech', headers: { ...ctx.headers, 'content-type': 'application/json', accept: '*/*' }, body: upstreamBody,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
 }
