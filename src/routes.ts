@@ -34,7 +34,7 @@ export function mounts(s: Services): Mount[] {
     { method: 'GET', path: '/metrics', name: 'metrics', scope: 'public',
       handler: async (ctx) => ctx.send(200, s.metrics.render(), {}, 'text/plain; version=0.0.4') },
   ];
-  const measure = async (data: Buffer, mimeType: string, filename: string, param: string): Promise<number> => (await measureAudio(data, { mimeType, filename, param })).durationMs;
+  const measure = async (data: Buffer, param: string): Promise<number> => (await measureAudio(data, { param, ffmpeg: s.ffmpeg })).durationMs;
   return [
     { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s), ...audioRoutes(s), ...transcriptRoutes(s), ...fileRoutes(s), ...batchRoutes(s),
       ...realtimeSecretRoutes(s, secrets)], sockets: [realtimeRoute(s, (presented) => secrets.grant(presented))] },

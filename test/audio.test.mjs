@@ -53,10 +53,12 @@ test('speech in every format has its content type and decodes; transcribing it g
     const tr = await upload(gw, key, '/alpha/v1/audio/transcriptions', audio, `speech.${EXT[fmt]}`);
     assert.equal(tr.status, 200, await tr.clone().text());
     assert.equal((await tr.json()).text, TEXT, fmt);
-    // billed by the duration Tollgate reads from the file (music-metadata), in whole milliseconds rounded up
-    // (ADTS: whole 1024-sample frames at 24 kHz, counted — music-metadata only estimates those)
-    const secs = fmt === 'aac' ? Math.ceil(([...TEXT].length * 1440) / 1024) * 1024 / 24_000
-      : (await parseBuffer(audio, { size: audio.length }, { duration: true })).format.duration;
+    // billed by the frames in the file, each decoded whole, in milliseconds rounded up (never a header's total):
+    // MP3 576-sample frames at 24 kHz holding LAME's 1,105 priming samples and the speech; Opus 20 ms packets
+    // (960 samples at 48 kHz) holding the 312-sample pre-skip and the speech; ADTS 1024-sample frames; FLAC and WAV the samples
+    const n = [...TEXT].length * 1440;
+    const secs = { mp3: Math.ceil((n + 1105) / 576) * 576 / 24_000, opus: Math.ceil((2 * n + 312) / 960) * 960 / 48_000,
+      aac: Math.ceil(n / 1024) * 1024 / 24_000, flac: n / 24_000, wav: n / 24_000 }[fmt];
     await expectSpent(gw, account, before, BigInt(Math.ceil(secs * 1000)) * PER_MS);
   }
   await assertInvariants(assert, gw, account);

@@ -1,6 +1,9 @@
 // Debian's ffmpeg as a converter for the speech formats src/audio cannot make (aac): found once at start-up, then one child process per reply, fed by stdin and read by stdout.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Readable } from 'node:stream';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { SpeechFormat } from '../config.js';
 
 /** The encoder ffmpeg uses for each format, in order of preference (the first it has). */
@@ -9,6 +12,10 @@ const ENCODERS: Readonly<Record<SpeechFormat, readonly string[]>> = {
 };
 /** The muxer of each format (the demuxer too, when it is the input). */
 const MUXERS: Readonly<Record<SpeechFormat, string>> = { aac: 'adts', mp3: 'mp3', opus: 'ogg', flac: 'flac', wav: 'wav', pcm: 's16le' };
+/** The rate decoded audio is counted at (any rate would do: every sample is counted). */
+const COUNT_RATE = 48_000;
+/** A decode that takes longer than this is given up (the file is refused): 25 MiB of audio decodes in seconds. */
+const DECODE_TIMEOUT_MS = 120_000;
 /** What ffmpeg may write to stderr per conversion, for the log. */
 const STDERR_LIMIT = 4096;
 
@@ -31,6 +38,35 @@ export class Ffmpeg {
   /** The formats it can make (its build has an encoder for). */
   get formats(): SpeechFormat[] {
     return (Object.keys(ENCODERS) as SpeechFormat[]).filter((f) => this.encoder(f) !== undefined);
+  }
+
+  /**
+   * Decodes a whole file and counts its samples (the first audio stream, at 48 kHz mono, with the
+   * volumedetect filter's count): the length a decoder really gets, whatever any header says. From a
+   * temporary file, as MP4 may keep its index at the end. Undefined when ffmpeg decodes no audio from it.
+   */
+  async decodedLength(data: Buffer): Promise<{ seconds: number; container: string } | undefined> {
+    const dir = await mkdtemp(join(tmpdir(), 'tollgate-measure-'));
+    try {
+      const file = join(dir, 'audio');
+      await writeFile(file, data);
+      const args = ['-hide_banner', '-nostdin', '-nostats', '-i', file, '-vn', '-sn', '-dn',
+        '-af', `aformat=sample_fmts=s16:sample_rates=${COUNT_RATE}:channel_layouts=mono,volumedetect`, '-f', 'null', '-'];
+      const err = await new Promise<string>((resolve) => {
+        let text = '';
+        const child = spawn(this.bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+        const timer = setTimeout(() => child.kill('SIGKILL'), DECODE_TIMEOUT_MS);
+        child.stderr?.on('data', (d: Buffer) => { text += d.toString('utf8'); if (text.length > 65_536) text = text.slice(-16_384); });
+        child.once('error', () => { clearTimeout(timer); resolve(''); });
+        child.once('close', () => { clearTimeout(timer); resolve(text); });
+      });
+      const n = /n_samples: (\d+)/.exec(err);
+      if (!n || Number(n[1]) === 0) return undefined;
+      const container = /Input #0, ([^ ]+), from/.exec(err)?.[1]?.replace(/,$/, '') ?? 'unknown';
+      return { seconds: Number(n[1]) / COUNT_RATE, container };
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   }
 
   private encoder(f: SpeechFormat): string | undefined {

@@ -11,7 +11,7 @@ const CRC = (() => {
   return t;
 })();
 
-function crc32(buf: Buffer): number {
+export function crc32(buf: Buffer): number {
   let c = 0;
   for (const b of buf) c = ((c << 8) ^ CRC[((c >>> 24) ^ b) & 0xff]!) >>> 0;
   return c >>> 0;

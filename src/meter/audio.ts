@@ -1,50 +1,76 @@
-// The duration of uploaded audio, read by Tollgate from the file's own container (never a client's number): what speech input is billed by.
-import { parseBuffer } from 'music-metadata';
+// The duration of uploaded audio, measured by Tollgate from the audio itself (never a client's number, never a container's header): what speech input is billed by.
 import { GatewayError } from '../errors.js';
+import type { Ffmpeg } from '../audio/ffmpeg.js';
+import type { Counted } from './audio-length/types.js';
+import { wavLength } from './audio-length/wav.js';
+import { adtsFrame, adtsLength, id3Length, mpegFrame, mpegLength } from './audio-length/mpeg.js';
+import { flacLength } from './audio-length/flac.js';
+import { oggOpusLength } from './audio-length/ogg.js';
 
 export interface AudioInfo {
   /** Whole milliseconds, rounded up: what is billed. */
   durationMs: number;
-  /** The container as read (`WAVE`, `MPEG`, `Ogg`, `FLAC`, …). */
+  /** The container as read (`WAVE`, `MPEG`, `ADTS/MPEG-4`, `Ogg`, `FLAC`, or ffmpeg's demuxer name). */
   container: string;
   codec: string | undefined;
   sampleRate: number | undefined;
   channels: number | undefined;
+  /** How it was measured: frames counted in the bytes, or samples decoded by ffmpeg. */
+  method: 'frames' | 'decoded';
 }
+
+export interface MeasureOptions {
+  /** The multipart field named in a refusal. */
+  param?: string;
+  /** Decodes what the frame counters do not read (WebM, MP4, Ogg Vorbis, …); without it those are refused. */
+  ffmpeg?: Ffmpeg | undefined;
+}
+
+/** What the frame counters read without ffmpeg, for refusals. */
+export const COUNTED_FORMATS = 'WAV (PCM, float, G.711), MP3, AAC in ADTS, FLAC or Ogg Opus';
 
 export function invalidAudio(message: string, param = 'file'): GatewayError {
   return new GatewayError({ status: 400, code: 'invalid_audio', param, message });
 }
 
+/** Bytes a frame walk may leave unplaced and still be believed (a truncated last frame, stray bytes); beyond that the file is decoded. */
+function slack(size: number): number {
+  return 16 * 1024 + Math.floor(size / 100);
+}
+
+/** The frame counter for these bytes, chosen by their first bytes (never by the client's type or name). */
+export function countFrames(data: Buffer): Counted | undefined {
+  if (data.toString('latin1', 0, 4) === 'RIFF') return wavLength(data);
+  if (data.toString('latin1', 0, 4) === 'OggS') return oggOpusLength(data);
+  const start = id3Length(data, 0);
+  if (data.toString('latin1', start, start + 4) === 'fLaC') return flacLength(data);
+  if (mpegFrame(data, start)) return mpegLength(data);
+  if (adtsFrame(data, start)) return adtsLength(data);
+  return undefined;
+}
+
 /**
- * Reads the audio's duration from its container (WAV, MP3, Ogg/Opus, FLAC, M4A/AAC, WebM, …). A file
- * whose duration cannot be read is refused with 400 `invalid_audio`, before anything is held or sent
- * upstream: it bills nothing.
+ * The audio's duration as a decoder gets it: WAV's data bytes present, or the frames of MP3, ADTS,
+ * FLAC and Ogg Opus counted one by one through the bytes (a header's total — Xing, STREAMINFO, the last
+ * granule, `fact` — is never read); anything else (WebM, MP4, Ogg Vorbis, a walk that left bytes it
+ * could not place) is decoded by ffmpeg and its samples counted. A file that cannot be measured is
+ * refused with 400 `invalid_audio` before anything is held or sent upstream: it bills nothing.
  */
-export async function measureAudio(data: Buffer, opts: { mimeType?: string; filename?: string; param?: string } = {}): Promise<AudioInfo> {
+export async function measureAudio(data: Buffer, opts: MeasureOptions = {}): Promise<AudioInfo> {
   const param = opts.param ?? 'file';
   if (data.length === 0) throw invalidAudio('The audio file is empty.', param);
-  let meta;
-  try {
-    // The bytes decide the container; the client's type and name are a hint only when the bytes cannot tell.
-    meta = await parseBuffer(data, { size: data.length }, { duration: true, skipCovers: true })
-      .catch(() => parseBuffer(data, { mimeType: opts.mimeType, path: opts.filename, size: data.length }, { duration: true, skipCovers: true }));
-  } catch (e) {
-    throw invalidAudio(`The audio file cannot be read: ${String((e as Error)?.message ?? e).slice(0, 200)}. Send WAV, MP3, Ogg/Opus, FLAC, M4A or WebM.`, param);
+  const counted = countFrames(data);
+  if (counted && counted.uncovered <= slack(data.length) && counted.seconds > 0) {
+    return { durationMs: Math.ceil(counted.seconds * 1000), container: counted.container, codec: counted.codec, sampleRate: counted.sampleRate, channels: counted.channels, method: 'frames' };
   }
-  // music-metadata estimates an ADTS stream's duration from its first frames' bit rate (0.94 s for a 1.5 s
-  // stream of small frames): count its frames instead, 1024 samples per raw data block.
-  // It also fails to recognise some ADTS streams (8 kHz, no tag) from their bytes alone.
-  const adts = !meta.format.container || meta.format.container.startsWith('ADTS') ? adtsSeconds(data) : undefined;
-  const container = adts !== undefined ? 'ADTS/MPEG-4' : meta.format.container;
-  const seconds = adts ?? meta.format.duration;
-  if (seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) {
-    throw invalidAudio(`The duration of this ${container ?? 'unrecognised'} audio cannot be read from the file, so it cannot be billed; send WAV, MP3, Ogg/Opus, FLAC, M4A or WebM.`, param);
+  if (!opts.ffmpeg) {
+    throw invalidAudio(`The length of this audio can be measured only by decoding it, and this gateway has no decoder (ffmpeg); send ${COUNTED_FORMATS}.`, param);
   }
-  return {
-    durationMs: Math.ceil(seconds * 1000), container: container ?? 'unknown', codec: meta.format.codec,
-    sampleRate: meta.format.sampleRate, channels: meta.format.numberOfChannels,
-  };
+  const decoded = await opts.ffmpeg.decodedLength(data);
+  if (!decoded || !(decoded.seconds > 0)) {
+    throw invalidAudio(`The audio file cannot be decoded, so its length cannot be measured or billed; send ${COUNTED_FORMATS}, M4A or WebM.`, param);
+  }
+  return { durationMs: Math.ceil(decoded.seconds * 1000), container: decoded.container, codec: undefined, sampleRate: undefined, channels: undefined, method: 'decoded' };
 }
 
 /** Raw 16-bit PCM has no container: its duration follows from its length, sample rate and channels. */
@@ -52,24 +78,28 @@ export function pcmDurationMs(bytes: number, sampleRate: number, channels = 1): 
   return Math.ceil((bytes / (2 * channels) / sampleRate) * 1000);
 }
 
-const ADTS_RATES = [96_000, 88_200, 64_000, 48_000, 44_100, 32_000, 24_000, 22_050, 16_000, 12_000, 11_025, 8_000, 7_350];
+/** The container these bytes are recognisably in, by their first bytes (a frame chain covering most of them for MP3 and ADTS); undefined for raw samples. */
+export function containerOf(data: Buffer): string | undefined {
+  const magic = data.toString('latin1', 0, 4);
+  const named: Readonly<Record<string, string>> = { RIFF: 'WAV (RIFF)', OggS: 'Ogg', fLaC: 'FLAC', 'FORM': 'AIFF', caff: 'CAF', '#!AM': 'AMR', '\x1aE\xdf\xa3': 'WebM/Matroska' };
+  if (named[magic]) return named[magic];
+  if (data.toString('latin1', 4, 8) === 'ftyp') return 'MP4/M4A';
+  if (data.toString('latin1', 0, 3) === 'ID3') return 'MP3 (ID3-tagged)';
+  const counted = mpegFrame(data, 0) ? mpegLength(data) : adtsFrame(data, 0) ? adtsLength(data) : undefined;
+  if (counted && counted.uncovered < data.length / 2) return counted.container === 'MPEG' ? 'MP3' : 'AAC (ADTS)';
+  return undefined;
+}
 
-/** The duration of an ADTS (raw AAC) stream from its frame headers, after any ID3v2 tag; undefined if they do not chain. */
-export function adtsSeconds(data: Buffer): number | undefined {
-  let p = 0;
-  if (data.length >= 10 && data.toString('latin1', 0, 3) === 'ID3') {
-    p = 10 + (((data[6]! & 0x7f) << 21) | ((data[7]! & 0x7f) << 14) | ((data[8]! & 0x7f) << 7) | (data[9]! & 0x7f));
+/**
+ * Raw 16 kHz 16-bit mono PCM as the beta family's `file_format=pcm_s16le_16` declares it: refused with
+ * 422 naming the container when the bytes are recognisably a container (they would not be decoded as
+ * what was billed); else its length is its duration.
+ */
+export function measureRawPcm(data: Buffer, param: string, fileFormatError: (message: string) => GatewayError): AudioInfo {
+  if (data.length < 2) throw invalidAudio('The audio file holds no 16-bit sample.', param);
+  const container = containerOf(data);
+  if (container) {
+    throw fileFormatError(`file_format is pcm_s16le_16 (raw 16 kHz 16-bit mono PCM), but the file is ${container}; leave file_format out (or send other) for a file in a container.`);
   }
-  let samples = 0;
-  let rate = 0;
-  while (p + 7 <= data.length) {
-    if (data[p] !== 0xff || (data[p + 1]! & 0xf6) !== 0xf0) return undefined;
-    const r = ADTS_RATES[(data[p + 2]! >> 2) & 0x0f];
-    const len = ((data[p + 3]! & 0x03) << 11) | (data[p + 4]! << 3) | (data[p + 5]! >> 5);
-    if (r === undefined || len < 7) return undefined;
-    rate = r;
-    samples += 1024 * ((data[p + 6]! & 0x03) + 1);
-    p += len;
-  }
-  return rate > 0 ? samples / rate : undefined;
+  return { durationMs: pcmDurationMs(data.length, 16_000), container: 'raw', codec: 'pcm_s16le', sampleRate: 16_000, channels: 1, method: 'frames' };
 }

@@ -2,11 +2,19 @@
 import type http from 'node:http';
 import { createHash } from 'node:crypto';
 import busboy from 'busboy';
-import { parseBuffer } from 'music-metadata';
+import { measureAudio } from '../meter/audio.js';
+import { findFfmpeg, type Ffmpeg } from '../audio/ffmpeg.js';
 import { sendError } from './http.js';
 import { voiceSettingsAsked } from './speech.js';
 
 export const SIM_PCM_RATE = 24_000;
+
+let ffmpeg: Promise<Ffmpeg | undefined> | undefined;
+/** The ffmpeg sim decodes with (found once), as a real host has its decoder. */
+export function simFfmpeg(): Promise<Ffmpeg | undefined> {
+  ffmpeg ??= findFfmpeg();
+  return ffmpeg;
+}
 
 interface Form { fields: Map<string, string>; file: Buffer | null; mime: string }
 
@@ -28,7 +36,7 @@ function readForm(req: http.IncomingMessage): Promise<Form> {
 }
 
 /**
- * The converted speech: as long as the input (measured from its container, or raw 16 kHz PCM), a
+ * The converted speech: as long as the input (its frames counted or decoded, as Tollgate measures it; or raw 16 kHz PCM), a
  * voiced tone whose pitch is the target voice's (deterministic per voice), streamed in 100 ms pieces.
  * Preset voice names are wired in with the preset table; until then only cloned voices convert.
  */
@@ -47,10 +55,8 @@ export async function voiceConversion(req: http.IncomingMessage, res: http.Serve
   let seconds: number;
   if (form.fields.get('input_format') === 'pcm_s16le_16') seconds = form.file.length / 32_000;
   else {
-    try {
-      const meta = await parseBuffer(form.file, { mimeType: form.mime }, { duration: true });
-      seconds = meta.format.duration ?? NaN;
-    } catch { seconds = NaN; }
+    // as a decoder gets it (frames counted, else decoded), not as a header declares it
+    try { seconds = (await measureAudio(form.file, { ffmpeg: await simFfmpeg() })).durationMs / 1000; } catch { seconds = NaN; }
     if (!Number.isFinite(seconds) || seconds <= 0) { sendError(res, 400, 'The audio file could not be decoded.', 'file'); return; }
   }
   const total = Math.round(seconds * SIM_PCM_RATE);

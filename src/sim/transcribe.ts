@@ -3,6 +3,8 @@
 import type http from 'node:http';
 import busboy from 'busboy';
 import { parseBuffer } from 'music-metadata';
+import { measureAudio } from '../meter/audio.js';
+import { simFfmpeg } from './conversion.js';
 import { int16, parseWav } from '../audio/pcm.js';
 import { extractText, SIM_TEXT_TAG } from './speech.js';
 import { sendError } from './http.js';
@@ -41,12 +43,12 @@ export async function hear(file: Buffer): Promise<Heard | undefined> {
     const text = extractText(samples);
     if (durationSecs > 0) return { text: text ?? fallback(durationSecs), durationSecs };
   }
-  let meta;
-  try { meta = await parseBuffer(file, { size: file.length }, { duration: true, skipCovers: true }); } catch { return undefined; }
-  const durationSecs = meta.format.duration;
-  if (durationSecs === undefined || !(durationSecs > 0)) return undefined;
+  // the length a decoder gets (frames counted, else decoded), as a real host hears it; the tags only for the text
+  let durationSecs: number;
+  try { durationSecs = (await measureAudio(file, { ffmpeg: await simFfmpeg() })).durationMs / 1000; } catch { return undefined; }
+  const meta = await parseBuffer(file, { size: file.length }, { skipCovers: true }).catch(() => undefined);
   let text: string | undefined;
-  for (const tags of Object.values(meta.native)) {
+  for (const tags of Object.values(meta?.native ?? {})) {
     for (const t of tags) {
       if (t.id === `TXXX:${SIM_TEXT_TAG}` || t.id === SIM_TEXT_TAG.toUpperCase()) text = String(t.value);
     }

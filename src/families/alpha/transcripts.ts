@@ -113,8 +113,8 @@ function transcriptRoute(s: Services, task: 'transcriptions' | 'translations'): 
       const model = s.models.resolve(modelName, 'stt');
       const caps = s.upstreams.config(model.upstream).transcription;
       const plan = planTranscript(caps, format, wantsStream, model.id);
-      // Billed by what Tollgate reads from the file itself; unreadable → 400 before anything is held.
-      const audio = await measureAudio(file.data, { mimeType: file.mimeType, filename: file.filename });
+      // Billed by the length Tollgate measures in the file itself (frames counted, or decoded); unreadable → 400 before anything is held.
+      const audio = await measureAudio(file.data, { ffmpeg: s.ffmpeg });
       if (plan.kind === 'render') { await rendered(s, ctx, { model, path, form, audioMs: audio.durationMs, plan }); return; }
       const up = formBody(form, caps.modelField, model.upstreamModel, {});
       await audioExchange(s, ctx, {

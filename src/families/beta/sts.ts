@@ -17,7 +17,7 @@ import { voiceNotFound } from './speech-target.js';
 import type { PresetLookup } from './tts.js';
 import type { MeasureAudio } from './stt.js';
 import { beta } from './family.js';
-import { pcmDurationMs } from '../../meter/audio.js';
+import { measureRawPcm } from '../../meter/audio.js';
 import { routeUploadBytes } from '../../config.js';
 
 /** The family's default conversion model (A5). */
@@ -58,7 +58,8 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
     upstreamVoice = v.upstreamVoiceId;
   }
   const plan = production(format);
-  const audioMs = fileFormat === 'pcm_s16le_16' ? pcmDurationMs(audio.data.length, 16_000) : await measure(audio.data, audio.mimeType, audio.filename, 'audio');
+  // Raw PCM is measured by its length and goes on with input_format saying so; a container declared raw is refused by name.
+  const audioMs = fileFormat === 'pcm_s16le_16' ? measureRawPcm(audio.data, 'audio', (m) => field422('file_format', m)).durationMs : await measure(audio.data, 'audio');
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },

@@ -11,11 +11,12 @@ import { TranscriptMeter } from '../../meter/transcript.js';
 import { buildForm, type FormPart } from '../../proxy/form.js';
 import { chunkResponse, type Granularity } from './transcript.js';
 import { beta } from './family.js';
-import { pcmDurationMs } from '../../meter/audio.js';
+import { measureRawPcm } from '../../meter/audio.js';
+import { wav } from '../../audio/pcm.js';
 import { routeUploadBytes } from '../../config.js';
 
-/** Measures an uploaded file's duration in milliseconds; 400 when it cannot be read. */
-export type MeasureAudio = (data: Buffer, mimeType: string, fileName: string, param: string) => Promise<number>;
+/** Measures an uploaded file's duration in milliseconds (frames counted or samples decoded, never a header); 400 when it cannot be. */
+export type MeasureAudio = (data: Buffer, param: string) => Promise<number>;
 
 function field422(field: string, msg: string, code: 'validation_error' | 'unsupported_parameter' = 'validation_error'): GatewayError {
   return new GatewayError({ status: 422, code, param: field, message: msg, detail: [{ loc: ['body', field], msg, type: code === 'validation_error' ? 'value_error' : code }] });
@@ -70,15 +71,18 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
     throw field422('model_id', `The model '${model.id}' cannot answer here: its host answers neither json nor verbose_json transcriptions.`);
   }
   const rawPcm = fileFormat === 'pcm_s16le_16';
-  // Raw 16 kHz 16-bit mono PCM has no container to read: its length is its duration.
-  const audioMs = rawPcm ? pcmDurationMs(file.data.length, 16_000) : await measure(file.data, file.mimeType, file.filename, 'file');
+  // Raw 16 kHz 16-bit mono PCM has no container to read: its length is its duration, and it goes upstream
+  // in a WAV header saying so (the transcription contract has no raw PCM flag); a container is refused by name.
+  const audioMs = rawPcm ? measureRawPcm(file.data, 'file', (m) => field422('file_format', m)).durationMs : await measure(file.data, 'file');
   const language = form.field('language_code') || null;
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },
   });
   const parts: FormPart[] = [
-    { name: 'file', filename: file.filename || 'audio', contentType: file.mimeType || 'application/octet-stream', data: file.data },
+    rawPcm
+      ? { name: 'file', filename: 'audio.wav', contentType: 'audio/wav', data: wav(file.data.subarray(0, file.data.length & ~1), 16_000) }
+      : { name: 'file', filename: file.filename || 'audio', contentType: file.mimeType || 'application/octet-stream', data: file.data },
     { name: caps.modelField, value: model.upstreamModel },
     { name: 'response_format', value: verbose ? 'verbose_json' : 'json' },
   ];
