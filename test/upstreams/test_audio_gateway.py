@@ -221,3 +221,33 @@ def test_a_400_from_faster_whisper_keeps_its_reason(audio_gateway: Gateway, audi
         assert e.value.body["code"] == "upstream_invalid_request"
         assert "unknown model: no-such-model" in e.value.body["message"], e.value.body
     audio_gateway.assert_not_debited(audio_account.key, before)
+
+
+def ffmpeg(audio: bytes, *args: str) -> bytes:
+    """ffmpeg's output for this input, through a file (an MP3's Info frame is filled in only in a seekable output)."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        out = f"{d}/out"
+        subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-i", "pipe:0", *args, out], input=audio, capture_output=True, check=True)
+        with open(out, "rb") as f:
+            return f.read()
+
+
+@pytest.mark.skipif(not shutil.which("ffmpeg"), reason="ffmpeg resamples the speech to 16 kHz")
+def test_raw_pcm_with_file_format_is_transcribed_by_faster_whisper(audio_gateway: Gateway, audio_account, gate_wav: bytes) -> None:
+    """file_format=pcm_s16le_16: the raw PCM goes to faster-whisper in a WAV header, is heard, and is billed bytes ÷ 32,000 s;
+    an MP3 declared raw is refused by name (422), nothing billed."""
+    pcm = ffmpeg(gate_wav, "-ac", "1", "-ar", "16000", "-f", "s16le")
+    el = ElevenLabs(api_key=audio_account.key, base_url=audio_gateway.url + "/beta", timeout=120)
+    before = audio_gateway.balance(audio_account.key)
+    out = el.speech_to_text.convert(model_id="scribe_v1", file=("gate.pcm", pcm, "application/octet-stream"), file_format="pcm_s16le_16")
+    assert out.text == SENTENCE
+    audio_gateway.assert_debited(audio_account.key, before, math.ceil(math.ceil(len(pcm) / 32) * NANO_PER_MINUTE / 60_000))
+    from elevenlabs.core.api_error import ApiError
+    mp3 = ffmpeg(gate_wav, "-c:a", "libmp3lame", "-f", "mp3")
+    before = audio_gateway.balance(audio_account.key)
+    with pytest.raises(ApiError) as e:
+        el.speech_to_text.convert(model_id="scribe_v1", file=("gate.mp3", mp3, "audio/mpeg"), file_format="pcm_s16le_16")
+    assert e.value.status_code == 422 and "MP3" in str(e.value.body), e.value.body
+    audio_gateway.assert_not_debited(audio_account.key, before)
