@@ -234,6 +234,40 @@ def ffmpeg(audio: bytes, *args: str) -> bytes:
             return f.read()
 
 
+def xing_frames(mp3: bytes, frames: int) -> bytes:
+    """The MP3 with its Xing/Info frame claiming `frames` frames (the header a length reader believes)."""
+    at = mp3.find(b"Info")
+    at = at if 0 <= at < 4096 else mp3.find(b"Xing")
+    assert int.from_bytes(mp3[at + 4:at + 8], "big") & 1, "no frame count in the Info frame"
+    return mp3[:at + 8] + frames.to_bytes(4, "big") + mp3[at + 12:]
+
+
+@pytest.mark.skipif(not shutil.which("ffmpeg"), reason="ffmpeg makes the MP3")
+def test_mp3_with_a_lying_xing_header_is_billed_by_what_faster_whisper_decodes(audio_gateway: Gateway, audio_account,
+                                                                              audio_client: openai.OpenAI, gate_wav: bytes) -> None:
+    """The MP3 with its Xing header saying it is 1 frame long: faster-whisper decodes the whole speech, and Tollgate bills
+    the frames it counted, not the header (within two frames and LAME's 1,105-sample priming). (The same file saying
+    10 M frames is billed its real length too, but faster-whisper-server did not answer it within the client's timeout.)"""
+    mp3 = ffmpeg(gate_wav, "-c:a", "libmp3lame", "-b:a", "32k", "-f", "mp3")
+    seconds = decoded_seconds(mp3, "mp3")
+    rate = av.open(io.BytesIO(mp3), format="mp3").streams.audio[0].rate
+    frame = (1152 if rate > 24_000 else 576) / rate
+    tol_ms = (2 * frame + 1105 / rate) * 1000
+    el = ElevenLabs(api_key=audio_account.key, base_url=audio_gateway.url + "/beta", timeout=120)
+    for frames in (1,):
+        lying = xing_frames(mp3, frames)
+        for route in ("alpha", "beta"):
+            before = audio_gateway.balance(audio_account.key)
+            if route == "alpha":
+                text = audio_client.audio.transcriptions.create(model="whisper-base", file=("gate.mp3", lying, "audio/mpeg")).text
+            else:
+                text = el.speech_to_text.convert(model_id="scribe_v1", file=("gate.mp3", lying, "audio/mpeg")).text
+            assert text.strip() == SENTENCE, (frames, route, text)
+            after = audio_gateway.settled_balance(audio_account.key, before)
+            billed_ms = int((before - after) * 1_000_000_000) * 60_000 / NANO_PER_MINUTE
+            assert -1 <= billed_ms - seconds * 1000 <= tol_ms + 1, (frames, route, billed_ms, seconds)
+
+
 @pytest.mark.skipif(not shutil.which("ffmpeg"), reason="ffmpeg resamples the speech to 16 kHz")
 def test_raw_pcm_with_file_format_is_transcribed_by_faster_whisper(audio_gateway: Gateway, audio_account, gate_wav: bytes) -> None:
     """file_format=pcm_s16le_16: the raw PCM goes to faster-whisper in a WAV header, is heard, and is billed bytes ÷ 32,000 s;
