@@ -60,8 +60,9 @@ export function flacHeader(d: Buffer, p: number): Header | undefined {
 /**
  * After the metadata blocks, each frame runs to the next header that carries the next frame's number
  * (or at which the frame's CRC-16 comes out right); the frame counts its block size when whole. A frame
- * whose CRC-16 fails (so also one that swallowed a header skipped over) and bytes before the first frame are `uncovered`: the caller
- * decodes such a file rather than trust the walk.
+ * whose CRC-16 fails inside the file (so also one that swallowed a header skipped over) makes the whole file
+ * `uncovered`, a cut-off last frame and bytes before the first frame count as such: the caller decodes a
+ * file it cannot trust the walk of.
  */
 export function flacLength(d: Buffer): Counted | undefined {
   let p = id3Length(d, 0);
@@ -97,7 +98,9 @@ export function flacLength(d: Buffer): Counted | undefined {
       crc = ((crc << 8) & 0xffff) ^ CRC16[(crc >> 8) ^ d[i]!]!;
     }
     const stop = end < 0 ? d.length : end;
-    if (crc === 0) { sum.add(h.blockSize, rate); firstRate ||= rate; } else uncovered += stop - p;
+    if (crc === 0) { sum.add(h.blockSize, rate); firstRate ||= rate; }
+    // a cut-off last frame is not decoded; a damaged one inside the file is (decoders do not check the CRC by default): decode the file
+    else uncovered += end < 0 ? stop - p : d.length;
     p = stop;
   }
   if (firstRate === 0) return undefined;
