@@ -3,10 +3,11 @@ import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { Readable } from 'node:stream';
 import type { Ctx } from '../../server/context.js';
-import { GatewayError, storageQuotaExceeded } from '../../errors.js';
+import { GatewayError } from '../../errors.js';
+import { uploadQuota } from '../storage.js';
 import { readMultipart, invalidMultipart, type Multipart } from '../../server/multipart.js';
 import { requireFunds } from '../../gate/admission.js';
-import { deleteFile, dropFile, publishFile, fileChunks, fileObject, getFile, listFiles, newFileId, storeFile, storageUsed, type FileRow, type StorageQuota } from '../../store/files.js';
+import { deleteFile, dropFile, publishFile, fileChunks, fileObject, getFile, listFiles, newFileId, storeFile, type FileRow } from '../../store/files.js';
 
 /** What CreateFileRequest's `purpose` may be. */
 const PURPOSES = ['assistants', 'batch', 'fine-tune', 'vision', 'user_data', 'evals'];
@@ -14,17 +15,6 @@ const PURPOSES = ['assistants', 'batch', 'fine-tune', 'vision', 'user_data', 'ev
 /** `expires_after.seconds` bounds (FileExpirationAfter, BatchFileExpirationAfter in OpenAI's spec): 1 hour to 30 days. */
 export const EXPIRES_MIN_SECS = 3600;
 export const EXPIRES_MAX_SECS = 2_592_000;
-
-/**
- * The account's storage quota for an upload: refused at once when the account is at it already, or
- * when the declared body alone would pass it (nothing is read or stored); else counted as it is stored.
- */
-export async function uploadQuota(s: Services, accountId: string, declared: number, param: string): Promise<StorageQuota> {
-  const quota = s.config.limits.storageBytesPerAccount;
-  const used = await storageUsed(s.db, accountId);
-  if (used >= quota || used + declared > quota) throw storageQuotaExceeded(quota, used + Math.max(declared, 1), param);
-  return { bytes: quota, refuse: (total) => storageQuotaExceeded(quota, total, param) };
-}
 
 /** The multipart `expires_after[anchor]` and `expires_after[seconds]` (how the official clients send it): seconds, or null when absent. */
 function expiresAfter(form: Multipart, field = 'expires_after'): number | null {

@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { readMultipart } from '../../server/multipart.js';
 import { requireFunds } from '../../gate/admission.js';
 import { dropFile, fileChunks, newFileId, storeFile } from '../../store/files.js';
-import { uploadQuota } from '../alpha/files.js';
+import { uploadQuota } from '../storage.js';
 import { log } from '../../observe/log.js';
 import { cloneVoice, removeUpstreamVoice } from '../../proxy/voices.js';
 import { deleteSample, deleteVoice, insertVoice, sampleAudio, voiceCounts, voiceOf, voicesOf, type VoiceRecord } from '../../store/voices.js';
