@@ -84,10 +84,12 @@ export const ConfigSchema = Type.Object({
     max_body_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024 }),
     upload_bytes: Type.Integer({ minimum: 1024, default: 25 * 1024 * 1024, description: 'the largest file an upload route takes (413 past it)' }),
     route_upload_bytes: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 1024 }), { default: {}, description: 'upload_bytes for one route, by its name (audio.transcriptions, …)' }),
+    storage_bytes_per_account: Type.Integer({ minimum: 0, default: 5 * 1024 ** 3, description: 'bytes one account may keep stored: its files and its cloned voices\' samples (an upload past it is refused)' }),
   }, { additionalProperties: false, default: {} }),
   voices: Type.Object({
     max_per_account: Type.Integer({ minimum: 0, default: 30, description: 'cloned voices one account may hold at once (the subscription\'s voice_limit)' }),
     max_samples: Type.Integer({ minimum: 1, maximum: 1000, default: 25, description: 'audio samples one POST /beta/v1/voices/add may carry' }),
+    max_request_bytes: Type.Integer({ minimum: 1024, default: 100 * 1024 * 1024, description: 'the largest POST /beta/v1/voices/add body, all samples and fields together (413 past it)' }),
   }, { additionalProperties: false, default: {} }),
   upstreams: Type.Record(Type.String({ pattern: '^[a-z0-9_-]+$' }), Upstream),
   models: Type.Array(Model, { minItems: 1 }),
@@ -175,9 +177,13 @@ export interface Config {
   poolSize: number;
   redisUrl: string | undefined;
   redisPrefix: string;
-  limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number; uploadBytes: number; routeUploadBytes: Readonly<Record<string, number>> };
-  /** Cloned voices: how many an account holds, how many samples one clone takes. */
-  voices: { maxPerAccount: number; maxSamples: number };
+  limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number; uploadBytes: number; routeUploadBytes: Readonly<Record<string, number>>;
+    /** Bytes one account may keep stored (files and voice samples). */
+    storageBytesPerAccount: number; };
+  /** Cloned voices: how many an account holds, how many samples one clone takes, how large one clone request may be. */
+  voices: { maxPerAccount: number; maxSamples: number; maxRequestBytes: number };
+  /** How often expired files are deleted (ms). */
+  fileSweepMs: number;
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
   batches: { concurrency: number; pollMs: number; leaseMs: number; maxFileBytes: number };
@@ -336,8 +342,9 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     databaseUrl, poolSize: c.database?.pool_size ?? 1,
     redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',
     limits: { defaultRpm: c.limits.default_rpm, defaultConcurrency: c.limits.default_concurrency, maxBodyBytes: c.limits.max_body_bytes,
-      uploadBytes: c.limits.upload_bytes, routeUploadBytes: c.limits.route_upload_bytes },
-    voices: { maxPerAccount: c.voices.max_per_account, maxSamples: c.voices.max_samples },
+      uploadBytes: c.limits.upload_bytes, routeUploadBytes: c.limits.route_upload_bytes, storageBytesPerAccount: c.limits.storage_bytes_per_account },
+    voices: { maxPerAccount: c.voices.max_per_account, maxSamples: c.voices.max_samples, maxRequestBytes: c.voices.max_request_bytes },
+    fileSweepMs: envInt(env, 'TOLLGATE_FILE_SWEEP_MS') ?? 60_000,
     upstreams, models,
     batches: {
       concurrency: c.batches.concurrency, leaseMs: envInt(env, 'TOLLGATE_BATCH_LEASE_MS') ?? c.batches.lease_ms,

@@ -5,7 +5,7 @@ export type ErrorCode =
   // the request
   | 'invalid_json' | 'invalid_encoding' | 'invalid_multipart' | 'invalid_audio' | 'unsupported_media_type' | 'validation_error' | 'invalid_value' | 'unsupported_parameter'
   | 'missing_required_parameter' | 'batch_not_cancellable'
-  | 'request_too_large' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
+  | 'request_too_large' | 'storage_quota_exceeded' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
   | 'model_not_found'
   // voices (the beta family)
   | 'invalid_labels' | 'voice_not_found' | 'sample_not_found' | 'voice_limit_reached' | 'voice_cloning_unavailable' | 'max_character_limit_exceeded'
@@ -111,4 +111,10 @@ export function internalError(): GatewayError {
 
 export function notFound(path: string): GatewayError {
   return new GatewayError({ status: 404, code: 'not_found', message: `No route for ${path}.` });
+}
+
+/** An upload that would take the account's stored bytes (files and voice samples) past its quota: nothing of it is kept. */
+export function storageQuotaExceeded(quota: number, used: number, param: string): GatewayError {
+  return new GatewayError({ status: 413, code: 'storage_quota_exceeded', param,
+    message: `This upload would bring the account's stored files and voice samples to at least ${used} bytes, past its storage quota of ${quota} bytes. Delete files or voices to make room.` });
 }

@@ -19,7 +19,7 @@ import { Metrics } from './observe/metrics.js';
 import { Billing } from './billing/core.js';
 import { BatchWorker } from './jobs/batch-worker.js';
 import { batchEndpoints } from './families/alpha/batches.js';
-import { sweepUploads } from './store/files.js';
+import { FileSweeper } from './jobs/file-sweeper.js';
 import { findFfmpeg, type Ffmpeg } from './audio/ffmpeg.js';
 import { log } from './observe/log.js';
 
@@ -41,6 +41,8 @@ export interface Services {
   billing: Billing;
   /** Claims and runs batch work (validation, lines, closing) from the store. */
   batches: BatchWorker;
+  /** Deletes expired files and unfinished uploads. */
+  fileSweeper: FileSweeper;
   /** The simulated upstreams this process runs for `upstreams.NAME.sim` (test infrastructure). */
   sims: SimHandle[];
   /** Debian's ffmpeg, found at start-up: converts speech to the formats src/audio cannot make (aac). */
@@ -104,8 +106,10 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   // Debits a dead process left durable but uncommitted: claimed now (an embedded restart replays
   // its journal before it serves) and then every second.
   await recovery.start();
-  // Uploads a dead process left unfinished (an hour old: no live upload takes that long to store).
-  await sweepUploads(db, 3_600_000).catch(() => undefined);
+  // Expired files, and uploads a dead process left unfinished: swept now and every files sweep interval.
+  s.fileSweeper = new FileSweeper(db, c.fileSweepMs);
+  await s.fileSweeper.sweep();
+  s.fileSweeper.start();
   // Every serve process runs the batch worker (batches.concurrency lines at once; 0 turns it off).
   s.batches.start();
   return s;
@@ -115,6 +119,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
 export async function closeServices(s: Services, deadline = Date.now() + 30_000): Promise<void> {
   await s.recovery.stop();
   await s.batches.stop(deadline);
+  await s.fileSweeper.stop();
   const committed = await s.committer.drain(deadline);
   await s.settler.drain();
   await Promise.all(s.admission.openHolds.releasing);

@@ -73,6 +73,24 @@ function moneyRefused(key: KeyRecord, reason: 'insufficient_balance' | 'key_spen
       message: `The ${key.spendLimitPeriod} spend limit of key ${key.prefix}... is reached. Raise the ceiling or use another key.` });
 }
 
+/**
+ * For routes that store data rather than spend (file uploads, voice samples): an account whose balance,
+ * less its debits not yet committed, is not above zero cannot pay, and is refused with 402.
+ */
+export async function requireFunds(d: AdmissionDeps, key: KeyRecord): Promise<void> {
+  let available: bigint;
+  try {
+    const { balance } = await moneyState(d, key);
+    available = balance.amount - (await d.limiter.pendingOf(key.accountId, key.id)).account;
+  } catch {
+    throw storeUnavailable();
+  }
+  if (available <= 0n) {
+    d.metrics.rejection('insufficient_balance');
+    throw moneyRefused(key, 'insufficient_balance');
+  }
+}
+
 async function moneyState(d: AdmissionDeps, key: KeyRecord) {
   const period = key.spendLimitPeriod === 'daily' ? 'day' as const : 'month' as const;
   // Both come from memory once the key and account were seen: awaited only on a first use.

@@ -229,8 +229,11 @@ export class BatchWorker {
       }
       const counts = await this.s.db.query("SELECT count(*) FILTER (WHERE ok)::int AS ok, count(*) FILTER (WHERE NOT ok)::int AS bad FROM batch_lines WHERE batch_id = $1 AND state = 'done'", [b.id]);
       const { ok, bad } = counts.rows[0] as { ok: number; bad: number };
-      const out = ok > 0 ? await storeFile(this.s.db, { accountId: b.accountId, purpose: 'batch_output', filename: `${b.id}_output.jsonl` }, lineOutputs(this.s.db, b.id, true)) : null;
-      const errs = bad > 0 ? await storeFile(this.s.db, { accountId: b.accountId, purpose: 'batch_output', filename: `${b.id}_error.jsonl` }, lineOutputs(this.s.db, b.id, false)) : null;
+      // `output_expires_after` (checked when the batch was created): from the file's creation, as OpenAI anchors it.
+      const after = (b.row.extra as { output_expires_after?: { seconds?: number } } | null)?.output_expires_after?.seconds;
+      const expiresAt = (): Date | null => (typeof after === 'number' ? new Date(Date.now() + after * 1000) : null);
+      const out = ok > 0 ? await storeFile(this.s.db, { accountId: b.accountId, purpose: 'batch_output', filename: `${b.id}_output.jsonl`, expiresAt: expiresAt() }, lineOutputs(this.s.db, b.id, true)) : null;
+      const errs = bad > 0 ? await storeFile(this.s.db, { accountId: b.accountId, purpose: 'batch_output', filename: `${b.id}_error.jsonl`, expiresAt: expiresAt() }, lineOutputs(this.s.db, b.id, false)) : null;
       const status = kind === 'complete' ? 'completed' : kind === 'cancel' ? 'cancelled' : 'expired';
       if (!(await closeBatch(this.s.db, b.id, this.owner, status, out?.id ?? null, errs?.id ?? null))) {
         // Another worker took the batch over meanwhile: its files stand, ours go.

@@ -1,7 +1,7 @@
 // http-proxy-3 driven from uWS: a small request/response adapter, keep-alive agents, and fault mapping.
 import http from 'node:http';
 import { EventEmitter } from 'node:events';
-import type { Stream } from 'node:stream';
+import type { Readable, Stream } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { GatewayError, clientClosed } from '../errors.js';
 import type { UpstreamConfig } from '../config.js';
@@ -25,6 +25,12 @@ class AdaptedRequest {
 class BodySource {
   constructor(private readonly body: Buffer) {}
   pipe<T extends NodeJS.WritableStream>(dest: T): T { dest.end(this.body); return dest; }
+}
+
+/** A body sent as it is read (never whole in memory), of a length known in advance. */
+export interface StreamedBody {
+  length: number;
+  stream: Readable;
 }
 
 /** What it reads from the response: `close` (the client left: it destroys the upstream request) and state flags. */
@@ -83,7 +89,7 @@ export class Upstreams {
   }
 
   /** Sends `body` to `path` on the upstream; the response is handed back unread (selfHandleResponse). */
-  call(name: string, method: string, path: string, clientHeaders: Record<string, string>, body: Buffer, requestId: string, timeoutMs?: number): UpstreamCall {
+  call(name: string, method: string, path: string, clientHeaders: Record<string, string>, body: Buffer | StreamedBody, requestId: string, timeoutMs?: number): UpstreamCall {
     const cfg = this.config(name);
     const headers: http.OutgoingHttpHeaders = {};
     for (const k of FORWARDED) { const v = clientHeaders[k]; if (v !== undefined) headers[k] = v; }
@@ -92,6 +98,7 @@ export class Upstreams {
       for (const k in clientHeaders) if (extra.names.includes(k) || extra.prefixes.some((p) => k.startsWith(p))) headers[k] = clientHeaders[k];
     }
     headers['content-length'] = String(body.length);
+    const source = Buffer.isBuffer(body) ? new BodySource(body) : body.stream;
     headers['x-request-id'] = requestId;
     if (cfg.apiKeyEnv) headers.authorization = `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}`;
     const req = new AdaptedRequest(method, path, headers);
@@ -100,6 +107,8 @@ export class Upstreams {
     let clientGone = false;
     let timer: NodeJS.Timeout | undefined;
     const abort = () => { if (!res.writableFinished) res.emit('close'); };
+    // A streamed body that fails to read (the store) ends the upstream request: it never waits for the rest.
+    if (!Buffer.isBuffer(body)) body.stream.once('error', abort);
     const response = new Promise<http.IncomingMessage>((resolve, reject) => {
       timer = setTimeout(() => { timedOut = true; abort(); reject(upstreamTimeout(cfg.timeoutMs)); }, timeoutMs ?? cfg.timeoutMs);
       res.once('proxyRes', (proxyRes: http.IncomingMessage) => {
@@ -107,7 +116,7 @@ export class Upstreams {
         resolve(proxyRes);
       });
       this.proxy.web(req as unknown as http.IncomingMessage, res as unknown as http.ServerResponse, {
-        target: this.target(name), buffer: new BodySource(body) as unknown as Stream, selfHandleResponse: true,
+        target: this.target(name), buffer: source as unknown as Stream, selfHandleResponse: true,
         changeOrigin: true, agent: this.agent(name),
       }, (err: Error) => {
         clearTimeout(timer);

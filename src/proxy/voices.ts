@@ -1,7 +1,7 @@
 // The voice-cloning contract (docs/upstreams.md): samples in, the upstream's voice id out; and removal.
 import type { Upstreams } from './upstream.js';
 import { collect, upstreamMalformed } from './upstream.js';
-import { buildForm, type FormPart } from './form.js';
+import { streamForm, type StreamedPart } from './form.js';
 import type { GatewayError } from '../errors.js';
 
 export interface CloneRequest {
@@ -9,7 +9,8 @@ export interface CloneRequest {
   /** The clone TTS model's name at the upstream. */
   model: string;
   name: string;
-  samples: { fileName: string; mimeType: string; data: Buffer }[];
+  /** Each sample's bytes are read as the upstream takes them (never all in memory). */
+  samples: { fileName: string; mimeType: string; size: number; read: () => AsyncIterable<Buffer> }[];
   requestId: string;
   /** The client's headers: only what the upstream's forward_headers allow is passed on. */
   clientHeaders: Record<string, string>;
@@ -20,10 +21,10 @@ export interface CloneRequest {
  * An error reply is read by `upstreamError` (the family's reading of an upstream error).
  */
 export async function cloneVoice(ups: Upstreams, r: CloneRequest, upstreamError: (res: import('node:http').IncomingMessage) => Promise<GatewayError>): Promise<string> {
-  const parts: FormPart[] = [{ name: 'name', value: r.name }, { name: 'model', value: r.model }];
-  for (const s of r.samples) parts.push({ name: 'files', filename: s.fileName || 'sample', contentType: s.mimeType || 'application/octet-stream', data: s.data });
-  const form = buildForm(parts);
-  const call = ups.call(r.upstream, 'POST', '/v1/audio/voices', { ...r.clientHeaders, 'content-type': form.contentType, accept: 'application/json' }, form.body, r.requestId);
+  const parts: ({ name: string; value: string } | StreamedPart)[] = [{ name: 'name', value: r.name }, { name: 'model', value: r.model }];
+  for (const s of r.samples) parts.push({ name: 'files', filename: s.fileName || 'sample', contentType: s.mimeType || 'application/octet-stream', size: s.size, read: s.read });
+  const form = streamForm(parts);
+  const call = ups.call(r.upstream, 'POST', '/v1/audio/voices', { ...r.clientHeaders, 'content-type': form.contentType, accept: 'application/json' }, form, r.requestId);
   const res = await call.response;
   if ((res.statusCode ?? 500) >= 300) throw await upstreamError(res);
   let id: unknown;

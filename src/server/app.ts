@@ -137,6 +137,8 @@ export class Gateway {
       }
       await route.handler(ctx, { params, body: body ? await body : null, stream });
     } catch (e) {
+      // What the client still sends of a refused body is read and dropped (not left paused mid-upload).
+      if (stream && !stream.readableEnded) stream.discard();
       if (e instanceof GatewayError) {
         if (e.status !== 499) ctx.fail(e);
       } else {

@@ -45,11 +45,12 @@ export function streamBody(ctx: Ctx, limit: number): BodyStream {
       if (paused && canTouch()) { paused = false; ctx.res.resume(); }
     },
   });
-  stream.on('close', () => {
+  stream.discard = () => {
     // A reader that stops early (an error, a refusal) must not leave uWS paused: the rest is discarded.
     stream.discarding = true;
     if (paused && canTouch()) { paused = false; ctx.res.resume(); }
-  });
+  };
+  stream.on('close', stream.discard);
   if (declared > limit) {
     stream.discarding = true;
     ctx.res.onData(() => undefined);
@@ -73,4 +74,9 @@ export function streamBody(ctx: Ctx, limit: number): BodyStream {
 /** A request body stream; `discarding` once its reader is gone (the rest of the body is dropped). */
 export class BodyStream extends Readable {
   discarding = false;
+  /**
+   * Drops the rest of the body as it arrives. Called before a refusal is answered: once the response
+   * has ended uWS may no longer be resumed, and a client still sending would wait on a paused socket.
+   */
+  discard: () => void = () => { this.discarding = true; };
 }

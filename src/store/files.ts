@@ -3,6 +3,9 @@ import type { Readable } from 'node:stream';
 import type { Db, Queryable } from './db.js';
 import { base62 } from './ids.js';
 
+/** A file that has not expired (an expired one is gone for its owner at once; the sweep deletes its bytes). */
+const LIVE = '(expires_at IS NULL OR expires_at > now())';
+
 /** Bytes per stored chunk: a read or write of a file holds about one chunk at a time. */
 export const CHUNK_BYTES = 256 * 1024;
 
@@ -46,7 +49,9 @@ export function unix(d: Date): number {
  */
 export async function storeFile(db: Db, f: { id?: string; accountId: string; purpose: string; filename: string; expiresAt?: Date | null;
   /** Left unlisted until `publishFile` (an upload whose other fields are still to be checked). */
-  unlisted?: boolean; },
+  unlisted?: boolean;
+  /** The account's storage quota: before each chunk is stored, the account's total with it must stay within `bytes`. */
+  quota?: StorageQuota; },
 source: Readable | AsyncIterable<Buffer | string>): Promise<FileRow> {
   const id = f.id ?? newFileId();
   // A source failed while no read is waiting (413, a cut upload) must not throw from its emitter:
@@ -64,6 +69,14 @@ source: Readable | AsyncIterable<Buffer | string>): Promise<FileRow> {
     const data = Buffer.concat(parts, held);
     parts.length = 0;
     held = 0;
+    if (f.quota) {
+      // The bytes this file has so far are in its row before any chunk is: a concurrent upload of the
+      // same account counts them (each may pass the quota by at most the chunk in flight).
+      const r = await db.query(`UPDATE files SET bytes = $2 WHERE id = $1
+        RETURNING (SELECT coalesce(sum(bytes), 0) FROM files WHERE account_id = $3 AND id <> $1 AND ${LIVE})::bigint AS others`, [id, bytes, f.accountId]);
+      const used = Number(r.rows[0]!.others) + bytes;
+      if (used > f.quota.bytes) throw f.quota.refuse(used);
+    }
     for (let at = 0; at < data.length; at += CHUNK_BYTES) {
       await db.query('INSERT INTO file_chunks (file_id, seq, data) VALUES ($1, $2, $3)', [id, seq++, data.subarray(at, at + CHUNK_BYTES)]);
     }
@@ -86,9 +99,30 @@ source: Readable | AsyncIterable<Buffer | string>): Promise<FileRow> {
   }
 }
 
-/** An upload stored whole and checked: listed from now on, with its purpose. */
-export async function publishFile(db: Queryable, id: string, purpose: string): Promise<void> {
-  await db.query("UPDATE files SET status = 'processed', purpose = $2 WHERE id = $1", [id, purpose]);
+/** An upload stored whole and checked: listed from now on, with its purpose, expiring `expiresAfterSecs` after its creation (null: never). */
+export async function publishFile(db: Queryable, id: string, purpose: string, expiresAfterSecs: number | null = null): Promise<FileRow> {
+  const r = await db.query(`UPDATE files SET status = 'processed', purpose = $2,
+      expires_at = CASE WHEN $3::int IS NULL THEN NULL ELSE created_at + $3::int * interval '1 second' END
+    WHERE id = $1 RETURNING *`, [id, purpose, expiresAfterSecs]);
+  return toFile(r.rows[0]!);
+}
+
+export interface StorageQuota {
+  bytes: number;
+  /** The refusal, given the account's total with what this upload has sent so far. */
+  refuse: (usedBefore: number) => Error;
+}
+
+/** Bytes the account keeps stored: its files (listed, uploading, expired ones not yet swept excluded) and its voices' samples. */
+export async function storageUsed(db: Queryable, accountId: string): Promise<number> {
+  const r = await db.query(`SELECT coalesce(sum(bytes), 0)::bigint AS used FROM files WHERE account_id = $1 AND ${LIVE}`, [accountId]);
+  return Number(r.rows[0]!.used);
+}
+
+/** Files past their `expires_at`: deleted with their bytes. Returns how many. */
+export async function sweepExpired(db: Queryable): Promise<number> {
+  const r = await db.query('DELETE FROM files WHERE expires_at <= now()');
+  return r.rowCount ?? 0;
 }
 
 /** Deletes a file whatever its state (an upload that failed). */
@@ -98,7 +132,7 @@ export async function dropFile(db: Queryable, id: string): Promise<void> {
 
 /** An account's file (null when it does not exist, is another account's, or is still uploading). */
 export async function getFile(db: Queryable, accountId: string, id: string): Promise<FileRow | null> {
-  const r = await db.query("SELECT * FROM files WHERE id = $1 AND account_id = $2 AND status = 'processed'", [id, accountId]);
+  const r = await db.query(`SELECT * FROM files WHERE id = $1 AND account_id = $2 AND status = 'processed' AND ${LIVE}`, [id, accountId]);
   return r.rows[0] ? toFile(r.rows[0]) : null;
 }
 
@@ -106,7 +140,7 @@ export async function getFile(db: Queryable, accountId: string, id: string): Pro
 export async function listFiles(db: Queryable, accountId: string, o: { purpose?: string; limit: number; after?: string; order: 'asc' | 'desc' }): Promise<FileRow[]> {
   const cmp = o.order === 'asc' ? '>' : '<';
   const params: unknown[] = [accountId, o.limit + 1];
-  let where = "account_id = $1 AND status = 'processed'";
+  let where = `account_id = $1 AND status = 'processed' AND ${LIVE}`;
   if (o.purpose) { params.push(o.purpose); where += ` AND purpose = $${params.length}`; }
   if (o.after) {
     params.push(o.after);
@@ -117,7 +151,7 @@ export async function listFiles(db: Queryable, accountId: string, o: { purpose?:
 }
 
 export async function deleteFile(db: Queryable, accountId: string, id: string): Promise<boolean> {
-  const r = await db.query("DELETE FROM files WHERE id = $1 AND account_id = $2 AND status = 'processed'", [id, accountId]);
+  const r = await db.query(`DELETE FROM files WHERE id = $1 AND account_id = $2 AND status = 'processed' AND ${LIVE}`, [id, accountId]);
   return (r.rowCount ?? 0) > 0;
 }
 

@@ -1,5 +1,4 @@
 // Cloned voices and their samples: every read is scoped to the owning account, so no tenant sees another's.
-import { createHash } from 'node:crypto';
 import type { Queryable } from './db.js';
 import { base62 } from './ids.js';
 
@@ -25,31 +24,48 @@ export interface VoiceRecord {
   samples: SampleRecord[];
 }
 
-export interface NewSample { fileName: string; mimeType: string; data: Buffer; durationSecs: number | null }
+/** A sample already stored as a file (status 'uploading' until its voice is inserted, `storeFile`). */
+export interface NewSample { fileId: string; fileName: string; mimeType: string; sizeBytes: number; hash: string; durationSecs: number | null }
 
 /** A voice to store: a VoiceRecord before it has an id, a creation time and stored samples. */
 export type NewVoice = Omit<VoiceRecord, 'id' | 'createdAt' | 'samples'> & { samples: NewSample[] };
+
+type TxDb = Queryable & { tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> };
+
+/** Advisory lock class for one account's voice count (the second key is the account id's hash). */
+const VOICE_LOCK = 727275;
 
 /** An id in the family's form (20 base62 characters, as ElevenLabs voice ids are). */
 export function newVoiceId(): string {
   return base62(20);
 }
 
-export async function insertVoice(db: Queryable & { tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> }, v: NewVoice, id = newVoiceId()): Promise<string> {
-  await db.tx(async (c) => {
-    await c.query(
+/**
+ * Inserts the voice if the account holds fewer than `maxPerAccount` voices, in one step: the account's
+ * voice lock is taken first (a transaction-scoped advisory lock, so concurrent adds of one account
+ * queue here and each counts the others' voices; the ledger's row locks are not touched). Its samples'
+ * files become the voice's. Null when the account is at its limit (nothing is inserted).
+ */
+export async function insertVoice(db: TxDb, v: NewVoice, maxPerAccount: number, id = newVoiceId()): Promise<string | null> {
+  return db.tx(async (c) => {
+    await c.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [VOICE_LOCK, v.accountId]);
+    const ins = await c.query(
       `INSERT INTO voices (id, account_id, name, description, labels, model_id, upstream, upstream_voice_id)
-       VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8)`,
-      [id, v.accountId, v.name, v.description, JSON.stringify(v.labels), v.modelId, v.upstream, v.upstreamVoiceId]);
+       SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8
+        WHERE (SELECT count(*) FROM voices WHERE account_id = $2 AND deleted_at IS NULL) < $9`,
+      [id, v.accountId, v.name, v.description, JSON.stringify(v.labels), v.modelId, v.upstream, v.upstreamVoiceId, maxPerAccount]);
+    if (!ins.rowCount) return null;
     let seq = 0;
     for (const s of v.samples) {
       await c.query(
-        `INSERT INTO voice_samples (id, voice_id, seq, file_name, mime_type, size_bytes, hash, duration_secs, data)
+        `INSERT INTO voice_samples (id, voice_id, seq, file_name, mime_type, size_bytes, hash, duration_secs, file_id)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-        [base62(20), id, seq++, s.fileName, s.mimeType, s.data.length, createHash('md5').update(s.data).digest('hex'), s.durationSecs, s.data]);
+        [base62(20), id, seq++, s.fileName, s.mimeType, s.sizeBytes, s.hash, s.durationSecs, s.fileId]);
     }
+    const kept = await c.query("UPDATE files SET status = 'voice_sample' WHERE id = ANY($1) AND account_id = $2 AND status = 'uploading'", [v.samples.map((s) => s.fileId), v.accountId]);
+    if (kept.rowCount !== v.samples.length) throw new Error(`voice ${id}: ${v.samples.length - (kept.rowCount ?? 0)} sample files are gone`);
+    return id;
   });
-  return id;
 }
 
 const VOICE_COLS = 'id, account_id, name, description, labels, model_id, upstream, upstream_voice_id, created_at';
@@ -92,30 +108,35 @@ export async function voicesOf(db: Queryable, accountId: string): Promise<VoiceR
 }
 
 /** Removes the voice and its sample bytes; false when the account has no such voice. */
-export async function deleteVoice(db: Queryable & { tx<T>(fn: (c: Queryable) => Promise<T>): Promise<T> }, accountId: string, voiceId: string): Promise<boolean> {
+export async function deleteVoice(db: TxDb, accountId: string, voiceId: string): Promise<boolean> {
   return db.tx(async (c) => {
     const res = await c.query('UPDATE voices SET deleted_at = now() WHERE id = $1 AND account_id = $2 AND deleted_at IS NULL', [voiceId, accountId]);
     if (!res.rowCount) return false;
-    await c.query('DELETE FROM voice_samples WHERE voice_id = $1', [voiceId]);
+    const gone = await c.query('DELETE FROM voice_samples WHERE voice_id = $1 RETURNING file_id', [voiceId]);
+    await c.query('DELETE FROM files WHERE id = ANY($1)', [gone.rows.map((r) => r.file_id as string)]);
     return true;
   });
 }
 
-/** Removes one sample of the account's voice; false when either is not the account's. */
-export async function deleteSample(db: Queryable, accountId: string, voiceId: string, sampleId: string): Promise<boolean> {
-  const res = await db.query(
-    `DELETE FROM voice_samples s USING voices v
-      WHERE s.id = $1 AND s.voice_id = $2 AND v.id = s.voice_id AND v.account_id = $3 AND v.deleted_at IS NULL`, [sampleId, voiceId, accountId]);
-  return (res.rowCount ?? 0) > 0;
+/** Removes one sample of the account's voice, and its bytes; false when either is not the account's. */
+export async function deleteSample(db: TxDb, accountId: string, voiceId: string, sampleId: string): Promise<boolean> {
+  return db.tx(async (c) => {
+    const res = await c.query(
+      `DELETE FROM voice_samples s USING voices v
+        WHERE s.id = $1 AND s.voice_id = $2 AND v.id = s.voice_id AND v.account_id = $3 AND v.deleted_at IS NULL RETURNING s.file_id`, [sampleId, voiceId, accountId]);
+    if (!res.rowCount) return false;
+    await c.query('DELETE FROM files WHERE id = $1', [res.rows[0]!.file_id]);
+    return true;
+  });
 }
 
-/** A sample's bytes, when the voice and sample are the account's. */
-export async function sampleAudio(db: Queryable, accountId: string, voiceId: string, sampleId: string): Promise<{ mimeType: string; data: Buffer } | null> {
+/** A sample's type and the file holding its bytes (read with `fileChunks`), when the voice and sample are the account's. */
+export async function sampleAudio(db: Queryable, accountId: string, voiceId: string, sampleId: string): Promise<{ mimeType: string; fileId: string; sizeBytes: number } | null> {
   const res = await db.query(
-    `SELECT s.mime_type, s.data FROM voice_samples s JOIN voices v ON v.id = s.voice_id
+    `SELECT s.mime_type, s.file_id, s.size_bytes FROM voice_samples s JOIN voices v ON v.id = s.voice_id
       WHERE s.id = $1 AND s.voice_id = $2 AND v.account_id = $3 AND v.deleted_at IS NULL`, [sampleId, voiceId, accountId]);
   const r = res.rows[0];
-  return r ? { mimeType: r.mime_type as string, data: r.data as Buffer } : null;
+  return r ? { mimeType: r.mime_type as string, fileId: r.file_id as string, sizeBytes: Number(r.size_bytes) } : null;
 }
 
 /** Voices the account holds now, and voices it added since `since` (deleted ones included). */

@@ -13,7 +13,7 @@ import { alpha } from './family.js';
 import { chatCompletion } from './chat.js';
 import { completion, embedding } from './completions.js';
 import { response } from './responses.js';
-import { intParam, noSuch } from './files.js';
+import { intParam, noSuch, EXPIRES_MAX_SECS, EXPIRES_MIN_SECS } from './files.js';
 
 const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses'] as const;
 const WINDOW_MS = 24 * 3600 * 1000;
@@ -23,6 +23,10 @@ const CreateBatch = Type.Object({
   endpoint: Type.Union(ENDPOINTS.map((e) => Type.Literal(e))),
   completion_window: Type.Literal('24h'),
   metadata: Type.Optional(Type.Union([Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 512 }), { maxProperties: 16 }), Type.Null()])),
+  // Kept with the batch's other properties and applied by the worker to the output and error files.
+  output_expires_after: Type.Optional(Type.Object({
+    anchor: Type.Literal('created_at'), seconds: Type.Integer({ minimum: EXPIRES_MIN_SECS, maximum: EXPIRES_MAX_SECS }),
+  }, { additionalProperties: false })),
 }, { additionalProperties: true });
 const check = compile(CreateBatch);
 

@@ -4,11 +4,36 @@ import type { Route } from '../../server/router.js';
 import type { Readable } from 'node:stream';
 import type { Ctx } from '../../server/context.js';
 import { GatewayError } from '../../errors.js';
-import { readMultipart, invalidMultipart } from '../../server/multipart.js';
+import { uploadQuota } from '../storage.js';
+import { readMultipart, invalidMultipart, type Multipart } from '../../server/multipart.js';
+import { requireFunds } from '../../gate/admission.js';
 import { deleteFile, dropFile, publishFile, fileChunks, fileObject, getFile, listFiles, newFileId, storeFile, type FileRow } from '../../store/files.js';
 
 /** What CreateFileRequest's `purpose` may be. */
 const PURPOSES = ['assistants', 'batch', 'fine-tune', 'vision', 'user_data', 'evals'];
+
+/** `expires_after.seconds` bounds (FileExpirationAfter, BatchFileExpirationAfter in OpenAI's spec): 1 hour to 30 days. */
+export const EXPIRES_MIN_SECS = 3600;
+export const EXPIRES_MAX_SECS = 2_592_000;
+
+/** The multipart `expires_after[anchor]` and `expires_after[seconds]` (how the official clients send it): seconds, or null when absent. */
+function expiresAfter(form: Multipart, field = 'expires_after'): number | null {
+  const anchor = form.field(`${field}[anchor]`);
+  const seconds = form.field(`${field}[seconds]`);
+  if (anchor === undefined && seconds === undefined) {
+    if (form.field(field) !== undefined) throw new GatewayError({ status: 400, code: 'invalid_value', param: field, message: `\`${field}\` is an object: send \`${field}[anchor]\` and \`${field}[seconds]\` as form fields.` });
+    return null;
+  }
+  if (anchor === undefined) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: `${field}.anchor`, message: `\`${field}.anchor\` is required ("created_at").` });
+  if (anchor !== 'created_at') throw new GatewayError({ status: 400, code: 'invalid_value', param: `${field}.anchor`, message: `\`${field}.anchor\` must be "created_at"; got ${JSON.stringify(anchor.slice(0, 32))}.` });
+  if (seconds === undefined) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: `${field}.seconds`, message: `\`${field}.seconds\` is required.` });
+  const n = Number(seconds);
+  if (!/^\d+$/.test(seconds) || n < EXPIRES_MIN_SECS || n > EXPIRES_MAX_SECS) {
+    throw new GatewayError({ status: 400, code: 'invalid_value', param: `${field}.seconds`,
+      message: `\`${field}.seconds\` must be a whole number from ${EXPIRES_MIN_SECS} (1 hour) to ${EXPIRES_MAX_SECS} (30 days); got ${JSON.stringify(seconds.slice(0, 32))}.` });
+  }
+  return n;
+}
 
 export function noSuch(what: 'file' | 'batch', id: string, param: string | null = null): GatewayError {
   return new GatewayError({ status: 404, code: 'not_found', param, message: `No ${what} with id '${id.slice(0, 128)}' found.` });
@@ -91,13 +116,17 @@ async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
   // A body declared past the route's limit is refused before the handler runs: its stream is failed
   // already, and readMultipart would wait on it for ever.
   if (stream.errored) throw stream.errored;
+  // An account that cannot pay stores nothing, and no account stores past its quota.
+  await requireFunds(s.admission, ctx.key!);
+  // The declared body less a generous multipart envelope (boundaries, `purpose`, `expires_after`) is the least the file holds.
+  const quota = await uploadQuota(s, accountId, Math.max(0, (Number(ctx.headers['content-length'] ?? 0) || 0) - 4096), 'file');
   try {
     const form = await readMultipart(stream, ctx.headers['content-type'], {
       maxFileBytes: s.config.batches.maxFileBytes, maxFiles: 1,
       onFile: async (f) => {
         if (f.field !== 'file') { f.stream.resume(); throw invalidMultipart(`Unexpected file field "${f.field.slice(0, 64)}": send the file as "file".`); }
         files++;
-        stored = await storeFile(s.db, { id: newFileId(), accountId, purpose: 'batch', filename: f.filename || 'file', unlisted: true }, f.stream);
+        stored = await storeFile(s.db, { id: newFileId(), accountId, purpose: 'batch', filename: f.filename || 'file', unlisted: true, quota }, f.stream);
       },
     });
     const purpose = form.field('purpose');
@@ -107,8 +136,9 @@ async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
     }
     const file = stored as FileRow | null;
     if (files === 0 || !file) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: 'file', message: '`file` is required: send the file as the multipart field "file".' });
-    await publishFile(s.db, file.id, purpose);
-    ctx.json(200, fileObject({ ...file, purpose }));
+    // As OpenAI: a batch file expires after 30 days unless told otherwise; other files are kept until deleted.
+    const expires = expiresAfter(form) ?? (purpose === 'batch' ? EXPIRES_MAX_SECS : null);
+    ctx.json(200, fileObject(await publishFile(s.db, file.id, purpose, expires)));
   } catch (e) {
     const file = stored as FileRow | null;
     if (file) await dropFile(s.db, file.id).catch(() => undefined);

@@ -3,7 +3,13 @@ import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { Ctx } from '../../server/context.js';
 import { GatewayError } from '../../errors.js';
+import type { Readable } from 'node:stream';
+import { createHash } from 'node:crypto';
 import { readMultipart } from '../../server/multipart.js';
+import { requireFunds } from '../../gate/admission.js';
+import { dropFile, fileChunks, newFileId, storeFile } from '../../store/files.js';
+import { uploadQuota } from '../storage.js';
+import { log } from '../../observe/log.js';
 import { cloneVoice, removeUpstreamVoice } from '../../proxy/voices.js';
 import { deleteSample, deleteVoice, insertVoice, sampleAudio, voiceCounts, voiceOf, voicesOf, type VoiceRecord } from '../../store/voices.js';
 import { clonedVoiceView } from './views.js';
@@ -40,43 +46,94 @@ function parseLabels(text: string | undefined): Record<string, string> {
   return v as Record<string, string>;
 }
 
-async function addVoice(s: Services, ctx: Ctx, stream: NonNullable<Parameters<typeof readMultipart>[0]>): Promise<void> {
+/** A sample stored as it arrived (a file of the account, unlisted), with its md5 taken on the way. */
+interface StoredSample { fileId: string; fileName: string; mimeType: string; sizeBytes: number; hash: string }
+
+/**
+ * Each sample's duration, its bytes read back from the store one sample at a time into one buffer the
+ * size of the largest sample (what a request holds in memory at most, besides a stored chunk).
+ */
+async function sampleDurations(s: Services, samples: readonly StoredSample[]): Promise<number[]> {
+  const buf = Buffer.allocUnsafe(Math.max(...samples.map((f) => f.sizeBytes)));
+  const out: number[] = [];
+  for (const f of samples) {
+    let at = 0;
+    for await (const c of fileChunks(s.db, f.fileId)) at += c.copy(buf, at);
+    out.push((await measureAudio(buf.subarray(0, at), { param: 'files', ffmpeg: s.ffmpeg })).durationMs / 1000);
+  }
+  return out;
+}
+
+/**
+ * Samples go to the store as they arrive (chunk by chunk, counted against the account's storage
+ * quota), never gathered in memory; the request's whole body is bounded by voices.max_request_bytes.
+ * Any refusal after that deletes what was stored.
+ */
+async function addVoice(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
   const key = ctx.key!;
-  // Each sample up to the route's upload limit (413 past it), at most voices.max_samples of them.
+  if (stream.errored) throw stream.errored;
   const { maxSamples, maxPerAccount } = s.config.voices;
-  const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: routeUploadBytes(s.config, 'beta.voices.add'), maxFiles: maxSamples,
-    tooManyFiles: invalid('files', 'validation_error', `A voice takes at most ${maxSamples} samples.`) });
-  const name = form.field('name')?.trim();
-  if (!name) throw invalid('name', 'validation_error', 'name is required: the name of the new voice.');
-  if (name.length > 200) throw invalid('name', 'validation_error', 'name must be at most 200 characters.');
-  const samples = form.files.filter((f) => f.field === 'files');
-  if (samples.length === 0) throw invalid('files', 'validation_error', 'files is required: one or more audio samples of the voice.');
-  if (samples.some((f) => f.data.length === 0)) throw invalid('files', 'validation_error', 'a sample in files is empty.');
-  const labels = parseLabels(form.field('labels'));
-  const description = form.field('description') ?? null;
-  const model = s.models.models.find((m) => m.voiceCloning);
-  if (!model) {
-    throw new GatewayError({ status: 400, code: 'voice_cloning_unavailable', message: 'This gateway has no model that clones voices (no tts model with voice_cloning).' });
-  }
-  const counts = await voiceCounts(s.db, key.accountId, new Date(0));
-  if (counts.held >= maxPerAccount) {
-    throw new GatewayError({ status: 400, code: 'voice_limit_reached', message: `This account holds ${counts.held} voices, its limit; delete one to add another.` });
-  }
-  // Each sample must be audio whose length can be read (400 invalid_audio otherwise, nothing stored): its duration is listed.
-  const durations = await Promise.all(samples.map((f) => measureAudio(f.data, { param: 'files', ffmpeg: s.ffmpeg })));
-  const files = samples.map((f) => ({ fileName: f.filename, mimeType: f.mimeType, data: f.data }));
-  const upstreamVoiceId = await cloneVoice(s.upstreams, { upstream: model.upstream, model: model.upstreamModel, name, samples: files, requestId: ctx.requestId, clientHeaders: ctx.headers },
-    (res) => beta.upstreamError(res, ctx.requestId));
-  let id: string;
+  // Refused before a byte of the samples is read: an account at its voice limit, one that cannot pay, one at its storage quota.
+  if ((await voiceCounts(s.db, key.accountId, new Date(0))).held >= maxPerAccount) throw voiceLimit(maxPerAccount);
+  await requireFunds(s.admission, key);
+  // The declared body less its multipart envelope (boundaries and fields, generously) is the least the samples hold.
+  const quota = await uploadQuota(s, key.accountId, Math.max(0, (Number(ctx.headers['content-length'] ?? 0) || 0) - 16 * 1024), 'files');
+  const stored: StoredSample[] = [];
   try {
-    id = await insertVoice(s.db, { accountId: key.accountId, name, description, labels, modelId: model.id, upstream: model.upstream, upstreamVoiceId,
-      samples: files.map((f, i) => ({ ...f, durationSecs: durations[i]!.durationMs / 1000 })) });
+    // Each sample up to the route's upload limit (413 past it), at most voices.max_samples of them.
+    const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: routeUploadBytes(s.config, 'beta.voices.add'), maxFiles: maxSamples,
+      tooManyFiles: invalid('files', 'validation_error', `A voice takes at most ${maxSamples} samples.`),
+      onFile: async (f) => {
+        if (f.field !== 'files') { f.stream.resume(); return; }
+        const md5 = createHash('md5');
+        async function* hashed(): AsyncGenerator<Buffer> { for await (const c of f.stream) { md5.update(c as Buffer); yield c as Buffer; } }
+        const entry = { fileId: newFileId(), fileName: f.filename, mimeType: f.mimeType, sizeBytes: 0, hash: '' };
+        stored.push(entry);
+        const row = await storeFile(s.db, { id: entry.fileId, accountId: key.accountId, purpose: 'voice_sample', filename: f.filename || 'sample', unlisted: true, quota }, hashed());
+        entry.sizeBytes = row.bytes;
+        entry.hash = md5.digest('hex');
+      } });
+    const name = form.field('name')?.trim();
+    if (!name) throw invalid('name', 'validation_error', 'name is required: the name of the new voice.');
+    if (name.length > 200) throw invalid('name', 'validation_error', 'name must be at most 200 characters.');
+    if (stored.length === 0) throw invalid('files', 'validation_error', 'files is required: one or more audio samples of the voice.');
+    if (stored.some((f) => f.sizeBytes === 0)) throw invalid('files', 'validation_error', 'a sample in files is empty.');
+    const labels = parseLabels(form.field('labels'));
+    const description = form.field('description') ?? null;
+    const model = s.models.models.find((m) => m.voiceCloning);
+    if (!model) {
+      throw new GatewayError({ status: 400, code: 'voice_cloning_unavailable', message: 'This gateway has no model that clones voices (no tts model with voice_cloning).' });
+    }
+    // Each sample must be audio whose length can be read (400 invalid_audio otherwise, nothing stored): its duration is listed.
+    const durations = await sampleDurations(s, stored);
+    const upstreamVoiceId = await cloneVoice(s.upstreams, { upstream: model.upstream, model: model.upstreamModel, name, requestId: ctx.requestId, clientHeaders: ctx.headers,
+      samples: stored.map((f) => ({ fileName: f.fileName, mimeType: f.mimeType, size: f.sizeBytes, read: () => fileChunks(s.db, f.fileId) })) },
+    (res) => beta.upstreamError(res, ctx.requestId));
+    let id: string | null;
+    try {
+      id = await insertVoice(s.db, { accountId: key.accountId, name, description, labels, modelId: model.id, upstream: model.upstream, upstreamVoiceId,
+        samples: stored.map((f, i) => ({ ...f, durationSecs: durations[i]! })) }, maxPerAccount);
+    } catch (e) {
+      id = null;
+      log('error', 'voice not stored', { request_id: ctx.requestId, error: (e as Error).message });
+      // Nothing is kept anywhere when the voice cannot be stored: the upstream's copy goes too.
+      await removeUpstreamVoice(s.upstreams, model.upstream, upstreamVoiceId, ctx.requestId);
+      throw e;
+    }
+    if (id === null) {
+      // Another add of this account took the last slot meanwhile (the count and the insert are one step).
+      await removeUpstreamVoice(s.upstreams, model.upstream, upstreamVoiceId, ctx.requestId);
+      throw voiceLimit(maxPerAccount);
+    }
+    ctx.json(200, { voice_id: id, requires_verification: false });
   } catch (e) {
-    // Nothing is kept anywhere when the voice cannot be stored: the upstream's copy goes too.
-    await removeUpstreamVoice(s.upstreams, model.upstream, upstreamVoiceId, ctx.requestId);
+    for (const f of stored) await dropFile(s.db, f.fileId).catch(() => undefined);
     throw e;
   }
-  ctx.json(200, { voice_id: id, requires_verification: false });
+}
+
+function voiceLimit(max: number): GatewayError {
+  return new GatewayError({ status: 400, code: 'voice_limit_reached', message: `This account holds ${max} voices, its limit; delete one to add another.` });
 }
 
 async function ownVoice(s: Services, ctx: Ctx, id: string): Promise<VoiceRecord> {
@@ -128,7 +185,8 @@ export function voiceRoutes(s: Services): Route[] {
     [...presetViews(legacy, presetModels), ...(await voicesOf(s.db, ctx.key!.accountId)).map(clonedVoiceView)];
   return [
     { method: 'POST', path: '/v1/voices/add', name: 'beta.voices.add', scope: 'voice', body: 'stream',
-      bodyLimit: routeUploadBytes(s.config, 'beta.voices.add') * s.config.voices.maxSamples + 1024 * 1024,
+      // The whole request, samples and fields together: past it 413, refused on its declared length before any of it is read.
+      bodyLimit: s.config.voices.maxRequestBytes,
       handler: async (ctx, { stream }) => addVoice(s, ctx, stream!) },
     { method: 'GET', path: '/v1/voices', name: 'beta.voices.list', scope: 'voice',
       handler: async (ctx) => ctx.json(200, { voices: await all(ctx, new URLSearchParams(ctx.query).get('show_legacy') === 'true') }) },
@@ -157,7 +215,14 @@ export function voiceRoutes(s: Services): Route[] {
         await ownVoice(s, ctx, params.voice_id!);
         const a = await sampleAudio(s.db, ctx.key!.accountId, params.voice_id!, params.sample_id!);
         if (!a) throw sampleNotFound(params.voice_id!, params.sample_id!);
-        ctx.send(200, a.data, {}, a.mimeType || 'application/octet-stream');
+        // Streamed a stored chunk at a time, as file content is.
+        ctx.begin(200, { 'content-type': a.mimeType || 'application/octet-stream' });
+        for await (const chunk of fileChunks(s.db, a.fileId)) {
+          if (!ctx.live) return;
+          const wait = ctx.write(chunk);
+          if (wait) await wait;
+        }
+        ctx.end();
       } },
   ];
 }
