@@ -37,6 +37,8 @@ export interface EncoderOptions {
   tags?: Readonly<Record<string, string>>;
   /** MP3 and Opus bit rate in kbit/s (default 64). */
   kbps?: number;
+  /** WAV of unknown length: hold the samples until the end and write the header with their size (a whole reply, not a stream). */
+  hold?: boolean;
 }
 
 /** The content type each codec is served with. */
@@ -54,6 +56,12 @@ function sink(codec: Codec, rate: number, total: number | undefined, o: EncoderO
     case 'pcm': return { push: (s) => Buffer.from(bytes(s)), end: none };
     case 'ulaw': case 'alaw': return { push: (s) => encodeG711(s, codec), end: none };
     case 'wav': {
+      if (o.hold) {
+        // a whole reply: the samples wait for the end, so the header states their real size
+        const held: Buffer[] = [];
+        return { push: (s) => { held.push(Buffer.from(bytes(s))); return Buffer.alloc(0); },
+          end: () => { const data = Buffer.concat(held); return Buffer.concat([wavHeader(data.length, rate), data]); } };
+      }
       // unknown length: the sizes say 0xFFFFFFFF-ish, as streamed WAV does (decoders read to the end)
       let started = false;
       const head = () => (started ? Buffer.alloc(0) : (started = true, wavHeader(total === undefined ? 0xffffffff - 36 : total * 2, rate)));

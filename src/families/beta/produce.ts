@@ -24,8 +24,9 @@ export interface Production {
  * The plan for one output format on an upstream that makes `caps`: its pcm at its own rate (resampled
  * to the format's rate, so Piper's 22.05 kHz is not played at 24 kHz), else its WAV (the rate read from
  * the header); an upstream that makes neither cannot serve the family (400, naming what it makes).
+ * `whole`: the reply is one file, not a stream (a WAV's header then states the real size).
  */
-export function production(f: OutputFormat, caps: SpeechCaps = CONTRACT_SPEECH): Production {
+export function production(f: OutputFormat, caps: SpeechCaps = CONTRACT_SPEECH, whole = false): Production {
   const spec = formatSpec(f);
   const source = caps.formats.includes('pcm') ? 'pcm' : caps.formats.includes('wav') ? 'wav' : undefined;
   if (!source) {
@@ -37,7 +38,7 @@ export function production(f: OutputFormat, caps: SpeechCaps = CONTRACT_SPEECH):
   // better than a linear interpolator); the other codecs are written at the format's rate.
   const make = (rate: number): AudioEncoder => (codec === 'pcm' && spec.sampleRate === rate && source === 'pcm'
     ? IDENTITY
-    : audioEncoder(codec, { inRate: rate, outRate: codec === 'opus' ? rate : spec.sampleRate, kbps: spec.kbps ?? (codec === 'mp3' ? 128 : 64) }));
+    : audioEncoder(codec, { inRate: rate, outRate: codec === 'opus' ? rate : spec.sampleRate, kbps: spec.kbps ?? (codec === 'mp3' ? 128 : 64), hold: whole }));
   return {
     upstreamFormat: source, pcmRate: caps.pcmRate, contentType: spec.contentType,
     encoder: source === 'pcm' ? () => make(caps.pcmRate) : () => fromWav(make),

@@ -10,7 +10,7 @@ import type { KeyRecord } from '../../store/keys.js';
 import type { SessionSocket, UpgradeRequest } from '../../server/ws.js';
 import { beta } from './family.js';
 import { betaPreset } from './presets.js';
-import { OUTPUT_FORMATS, type OutputFormat } from './schemas.js';
+import { OUTPUT_FORMATS, WHOLE_FILE_FORMATS, type OutputFormat } from './schemas.js';
 import { production, type Production } from './produce.js';
 import { queryParams, voiceSettingsParams } from './speech-params.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
@@ -29,8 +29,8 @@ export const GOING_AWAY = 1001;
 export const POLICY = 1008;
 export const UPSTREAM_FAILED = 1011;
 
-/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 (api-notes A2, A12). */
-export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f !== 'pcm_48000');
+/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 and the WAV formats (a WAV header belongs to a whole file). */
+export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f !== 'pcm_48000' && !WHOLE_FILE_FORMATS.includes(f));
 
 export interface StreamOptions {
   modelId: string | null;

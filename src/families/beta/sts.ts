@@ -57,7 +57,7 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
     }
     upstreamVoice = v.upstreamVoiceId;
   }
-  const plan = production(format);
+  const plan = production(format, undefined, ctx.routeName === 'beta.sts');
   const audioMs = fileFormat === 'pcm_s16le_16' ? pcmDurationMs(audio.data.length, 16_000) : await measure(audio.data, audio.mimeType, audio.filename, 'audio');
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
