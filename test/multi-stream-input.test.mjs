@@ -195,3 +195,23 @@ test('a socket dropped while two contexts have text queued bills the generation 
   assert.equal(spent, owed, 'the first and second generations, not the third');
   await assertInvariants(assert, slow, account);
 });
+
+test('a whitespace-only frame in a context (the flush frame {"text":" ","flush":true}) adds no characters: billed the text to speak', async () => {
+  const text = 'The flush frame carries one space that is not text to speak, so it is never billed as a character.';
+  assert.equal([...text].length, 98);
+  const { key, account } = await gw.account('1');
+  const before = await balance(account);
+  const s = await connect('output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key });
+  s.send({ text: ' ', context_id: 'a' });
+  s.send({ text, context_id: 'a' });
+  s.send({ text: ' ', context_id: 'a', flush: true });
+  s.send({ text: 'Hello', context_id: 'a' });
+  s.send({ text: ' ', context_id: 'a' });
+  s.send({ text: 'world.', context_id: 'a', flush: true });
+  await until(() => s.frames.filter((f) => f.audio).length === 2);
+  s.send({ close_socket: true });
+  assert.equal((await s.closed).code, 1000);
+  assert.deepEqual(s.frames.filter((f) => f.audio).map((f) => f.alignment.chars.join('')), [text, 'Hello world.']);
+  assert.equal(before - (await balance(account)), (98n + 12n) * PER_CHAR, 'billed 98 + 12 characters, no flush space');
+  await assertInvariants(assert, gw, account);
+});

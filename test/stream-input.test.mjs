@@ -325,3 +325,23 @@ test('an upstream that fails before any audio closes with 1011 and bills nothing
   assert.equal(before - (await balanceNano(gw, account)), BigInt([...text].length) * PER_CHAR, 'the generation that produced audio is billed its characters');
   await assertInvariants(assert, gw, account);
 });
+
+/** 98 characters of text, without a trailing space (issue 24: billed 99 with the flush frame's space). */
+const NINETY_EIGHT = 'The flush frame carries one space that is not text to speak, so it is never billed as a character.';
+
+test('a whitespace-only frame (the flush frame {"text":" ","flush":true}) adds no characters: billed the text to speak, words still kept apart', async () => {
+  assert.equal([...NINETY_EIGHT].length, 98);
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, { text: NINETY_EIGHT }, { text: ' ', flush: true },
+    // a lone space between two words keeps them apart (it is spoken as the space between them)
+    { text: 'Hello' }, { text: ' ' }, { text: 'world.', flush: true }, { text: '' },
+  ]);
+  assert.equal(r.code, 1000);
+  const spoken = r.frames.filter((f) => f.audio).map((f) => f.alignment.chars.join(''));
+  assert.deepEqual(spoken, [NINETY_EIGHT, 'Hello world.']);
+  assert.equal(before - (await balanceNano(gw, account)), (98n + 12n) * PER_CHAR, 'billed 98 + 12 characters, no flush space');
+  await assertInvariants(assert, gw, account);
+});

@@ -137,15 +137,27 @@ export function scheduleOf(m: Record<string, unknown>): readonly number[] {
   return schedule as number[];
 }
 
-/** Text waiting to be spoken, cut into generations by its schedule: the n-th generation waits for schedule[n] characters. */
+/**
+ * Text waiting to be spoken, cut into generations by its schedule: the n-th generation waits for schedule[n] characters.
+ * What is billed is the text to be spoken: a frame of whitespace only (the protocol's opening `" "`, a
+ * `{"text": " ", "flush": true}`) adds no characters; it only keeps two words apart — the text after it
+ * gets one space in front when neither side has one.
+ */
 export class TextBuffer {
   private text = '';
   private cuts = 0;
+  /** A whitespace-only frame came after the buffered text. */
+  private gap = false;
   constructor(private readonly schedule: readonly number[]) {}
 
   get pending(): string { return this.text; }
-  push(t: string): void { this.text += t; }
-  clear(): void { this.text = ''; }
+  push(t: string): void {
+    if (t.trim() === '') { if (t !== '' && this.text !== '') this.gap = true; return; }
+    if (this.gap && this.text !== '' && !/\s$/.test(this.text) && !/^\s/.test(t)) this.text += ' ';
+    this.gap = false;
+    this.text += t;
+  }
+  clear(): void { this.text = ''; this.gap = false; }
 
   /**
    * The next piece due (cut at the last space within its length), or null: due once the buffer holds
