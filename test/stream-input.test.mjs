@@ -4,6 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { startGateway, assertInvariants, TEST_MODELS } from './helpers/gateway.mjs';
+import { hasFfmpeg, oggPages, probeAudio } from './helpers/audio.mjs';
 
 const MODELS = TEST_MODELS.some((m) => m.kind === 'tts') ? TEST_MODELS
   : [...TEST_MODELS, { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, per_mchar: '15' }];
@@ -343,5 +344,29 @@ test('a whitespace-only frame (the flush frame {"text":" ","flush":true}) adds n
   const spoken = r.frames.filter((f) => f.audio).map((f) => f.alignment.chars.join(''));
   assert.deepEqual(spoken, [NINETY_EIGHT, 'Hello world.']);
   assert.equal(before - (await balanceNano(gw, account)), (98n + 12n) * PER_CHAR, 'billed 98 + 12 characters, no flush space');
+  await assertInvariants(assert, gw, account);
+});
+
+test('opus generations on one socket are one Ogg Opus stream: one BOS page, one serial, growing granules; joined, the whole speech decodes', { skip: !hasFfmpeg && 'ffmpeg not installed' }, async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const texts = ['The first generation is spoken here. ', 'A second one follows it. ', 'And a third ends the socket. '];
+  const r = await session(gw, 'output_format=opus_48000_64&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, ...texts.map((text) => ({ text, flush: true })), { text: '' },
+  ]);
+  assert.equal(r.code, 1000);
+  const chunks = r.frames.filter((f) => f.audio).map((f) => Buffer.from(f.audio, 'base64'));
+  assert.equal(chunks.length, texts.length);
+  const ogg = Buffer.concat(chunks);
+  const pages = oggPages(ogg);
+  assert.equal(pages.filter((p) => p.flags & 2).length, 1, 'one beginning-of-stream page');
+  assert.deepEqual([...new Set(pages.map((p) => p.serial))].length, 1, 'one serial number');
+  assert.deepEqual(pages.map((p) => p.seq), pages.map((_, i) => i), 'page sequence numbers run on');
+  for (let i = 1; i < pages.length; i++) assert.ok(pages[i].granule >= pages[i - 1].granule, `granule ${pages[i].granule} after ${pages[i - 1].granule}`);
+  // sim speaks 60 ms a character; each generation ends on a whole 20 ms packet (under 27 ms of silence after it);
+  // ffprobe's duration of Ogg Opus counts the 6.5 ms pre-skip too
+  const sum = texts.reduce((n, t) => n + [...t].length * 0.06, 0);
+  const p = probeAudio(ogg, 'ogg');
+  for (const d of [p.duration, p.decodedSeconds]) assert.ok(d >= sum - 0.001 && d <= sum + 0.027 * texts.length + 0.0066, `${d} s for ${sum} s of speech`);
   await assertInvariants(assert, gw, account);
 });

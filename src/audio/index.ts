@@ -96,6 +96,39 @@ export function audioEncoder(codec: Codec, o: EncoderOptions): AudioEncoder {
   };
 }
 
+/**
+ * One stream made of several pieces of audio (a stream-input socket's generations, one context's): each
+ * `piece()` is an encoder for one piece. Opus pieces continue one Ogg Opus stream (one BOS page, one
+ * serial, granules only growing: the pieces joined are one valid file; a piece's end pads it with
+ * silence to a whole packet, OpusEncoder.boundary). The other codecs make each piece on its own, as they
+ * concatenate as they are (raw samples, MP3 frames). `close` frees what the stream holds.
+ */
+export interface PieceStream { piece(): AudioEncoder; close(): void }
+
+export function pieceStream(codec: Codec, o: EncoderOptions): PieceStream {
+  if (codec !== 'opus') return { piece: () => audioEncoder(codec, o), close: () => undefined };
+  const opus = new OpusEncoder(o.outRate ?? o.inRate, o.kbps ?? 64, o.tags ?? {});
+  const rs = () => new StreamResampler(o.inRate, o.outRate ?? o.inRate);
+  return {
+    piece: () => {
+      const r = rs();
+      let carry: Buffer | undefined;
+      return {
+        push: (chunk) => {
+          let buf = carry ? Buffer.concat([carry, chunk]) : chunk;
+          carry = undefined;
+          if (buf.length & 1) { carry = Buffer.from(buf.subarray(buf.length - 1)); buf = buf.subarray(0, buf.length - 1); }
+          return opus.push(r.push(int16(buf)));
+        },
+        end: () => Buffer.concat([opus.push(r.end()), opus.boundary()]),
+        // a piece given up (its upstream broke): the stream itself ends with the session (close)
+        close: () => undefined,
+      };
+    },
+    close: () => opus.close(),
+  };
+}
+
 /** Encodes a whole PCM buffer at once. */
 export function encodeAudio(codec: Codec, pcm: Buffer, o: Omit<EncoderOptions, 'totalSamples'>): Buffer {
   const e = audioEncoder(codec, { ...o, totalSamples: pcm.length >> 1 });

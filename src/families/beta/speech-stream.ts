@@ -11,7 +11,7 @@ import type { SessionSocket, UpgradeRequest } from '../../server/ws.js';
 import { beta } from './family.js';
 import { betaPreset } from './presets.js';
 import { OUTPUT_FORMATS, WHOLE_FILE_FORMATS, type OutputFormat } from './schemas.js';
-import { production, type Production } from './produce.js';
+import { production, type GenerationStream, type Production } from './produce.js';
 import { queryParams, voiceSettingsParams } from './speech-params.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
 
@@ -220,13 +220,13 @@ export class Generations {
   stop(): void { this.stopped = true; }
 
   /**
-   * Queues a generation after those already queued; `deliver` sends its outcome, and the next one
+   * Queues a generation after those already queued, its audio made as the next piece of `audio`; `deliver` sends its outcome, and the next one
    * starts only once it has (a slow client holds the generations back). Resolves once delivered.
    */
-  run(session: SpeechSession, text: string, voice: VoiceFields, deliver: (g: Generated) => Promise<void>): Promise<void> {
+  run(session: SpeechSession, audio: GenerationStream, text: string, voice: VoiceFields, deliver: (g: Generated) => Promise<void>): Promise<void> {
     this.queued++;
     const skipped: Generated = { ok: false, code: GOING_AWAY, reason: '', audio: null };
-    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, text, voice))).then(deliver).finally(() => { this.queued--; });
+    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, audio, text, voice))).then(deliver).finally(() => { this.queued--; });
     this.chain = run.catch(() => undefined);
     return run;
   }
@@ -242,7 +242,7 @@ export class Generations {
    * commits the record); before that, nothing was produced and nothing is billed. Once produced, a
    * generation is billed whether the client stays to hear it or the upstream breaks off.
    */
-  private async generate(session: SpeechSession, text: string, voice: VoiceFields): Promise<Generated> {
+  private async generate(session: SpeechSession, stream: GenerationStream, text: string, voice: VoiceFields): Promise<Generated> {
     const { charge, target, plan, extra } = session;
     if (!charge.isOpen) return { ok: false, code: GOING_AWAY, reason: '', audio: null };
     const characters = [...text].length;
@@ -255,7 +255,8 @@ export class Generations {
       throw e;
     }
     const seq = ++this.seq;
-    const meter = new SpeechMeter({ characters }, plan.encoder(), plan.contentType, {});
+    // the socket's (context's) stream: Opus generations continue one Ogg stream (produce.ts)
+    const meter = new SpeechMeter({ characters }, stream.generation(), plan.contentType, {});
     const parts: Buffer[] = [];
     let pcmBytes = 0;
     let recorded = false;
