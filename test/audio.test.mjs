@@ -32,6 +32,14 @@ function upload(gw, key, path, file, name, fields = {}) {
 }
 
 const TEXT = 'Tollgate speaks, then hears itself.';
+
+/** The ADTS frames of an AAC file (after its ID3v2 tag): each holds 1024 samples. */
+function adtsFrames(buf) {
+  let p = buf.toString('latin1', 0, 3) === 'ID3' ? 10 + (((buf[6] & 0x7f) << 21) | ((buf[7] & 0x7f) << 14) | ((buf[8] & 0x7f) << 7) | (buf[9] & 0x7f)) : 0;
+  let n = 0;
+  for (; p + 7 <= buf.length && buf[p] === 0xff && (buf[p + 1] & 0xf0) === 0xf0; n++) p += ((buf[p + 3] & 3) << 11) | (buf[p + 4] << 3) | (buf[p + 5] >> 5);
+  return n;
+}
 const EXT = { mp3: 'mp3', opus: 'ogg', aac: 'aac', flac: 'flac', wav: 'wav' };
 
 test('speech in every format has its content type and decodes; transcribing it gives the text back; each call billed exactly', async (t) => {
@@ -54,8 +62,9 @@ test('speech in every format has its content type and decodes; transcribing it g
     assert.equal(tr.status, 200, await tr.clone().text());
     assert.equal((await tr.json()).text, TEXT, fmt);
     // billed by the duration Tollgate reads from the file (music-metadata), in whole milliseconds rounded up
-    // (ADTS: whole 1024-sample frames at 24 kHz, counted — music-metadata only estimates those)
-    const secs = fmt === 'aac' ? Math.ceil(([...TEXT].length * 1440) / 1024) * 1024 / 24_000
+    // (ADTS: whole 1024-sample frames at 24 kHz, counted — music-metadata only estimates those; sim's aac is
+    // ffmpeg's, whose first frame is the encoder's priming)
+    const secs = fmt === 'aac' ? adtsFrames(audio) * 1024 / 24_000
       : (await parseBuffer(audio, { size: audio.length }, { duration: true })).format.duration;
     await expectSpent(gw, account, before, BigInt(Math.ceil(secs * 1000)) * PER_MS);
   }

@@ -1,8 +1,8 @@
 // Audio formats Tollgate and sim make from S16LE mono PCM, each behind one streaming encoder shape.
 //
 // Real codecs: pcm, wav, flac (verbatim), mp3 (lamejs), opus (libopus via opusscript, in Ogg), ulaw, alaw.
-// aac is a SILENT stream (valid ADTS of the right duration, no sound: no AAC encoder in JS here); sim uses
-// it, Tollgate never serves it (it converts to aac with ffmpeg, src/audio-convert).
+// aac is a SILENT stream (valid ADTS of the right duration, no sound: no AAC encoder in JS here), kept for the
+// container tests: neither Tollgate nor sim serves it (both make aac with ffmpeg, src/audio/ffmpeg.ts).
 import { bytes, encodeG711, int16, StreamResampler, wavHeader } from './pcm.js';
 import { FlacEncoder } from './flac.js';
 import { Mp3Encoder } from './mp3.js';
