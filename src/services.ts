@@ -1,7 +1,7 @@
 // Builds and closes every stage of the gateway; owns the Services type. Nothing starts as a side effect of routing.
 import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
-import type { Config } from './config.js';
+import type { Config, UpstreamConfig } from './config.js';
 import { openPglite, openPostgres, type Db } from './store/db.js';
 import { StateCache } from './gate/cache.js';
 import { MemoryLimiter } from './gate/limits/memory.js';
@@ -78,11 +78,15 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   const recovery = new Recovery(limiter, committer);
   const sims: SimHandle[] = [];
   const simUrls = new Map<string, string>();
+  // A sim upstream is asked only for what it makes (its aac needs ffmpeg): Tollgate makes or refuses the rest.
+  const upstreamConfigs = new Map(c.upstreams);
   for (const [name, u] of c.upstreams) {
     if (!u.sim) continue;
-    const sim = await startSim({ host: '127.0.0.1', port: 0, tokenDelayMs: u.sim.tokenDelayMs, transcription: u.sim.transcription });
+    const sim = await startSim({ host: '127.0.0.1', port: 0, tokenDelayMs: u.sim.tokenDelayMs, transcription: u.sim.transcription, ffmpeg: (await finding) ?? null });
     sims.push(sim);
     simUrls.set(name, sim.url);
+    const formats = u.speech.formats.filter((f) => (sim.speechFormats as readonly string[]).includes(f));
+    if (formats.length > 0) upstreamConfigs.set(name, { ...u, speech: { ...u.speech, formats } });
   }
   const maxTimeout = Math.max(...[...c.upstreams.values()].map((u) => u.timeoutMs));
   const admission: AdmissionDeps = {
@@ -90,10 +94,9 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
     holdTtlMs: maxTimeout + 60_000, openHolds: { count: 0, releasing: new Set() },
   };
   const ffmpeg = await finding;
-  log('info', ffmpeg ? 'ffmpeg found: speech formats it converts to' : 'ffmpeg not found: speech formats only it makes (aac) are refused with 400',
-    ffmpeg ? { bin: ffmpeg.bin, formats: ffmpeg.formats } : {});
+  logSpeechFormats(c, upstreamConfigs, ffmpeg);
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,
-    models: new ModelRegistry(c.models), upstreams: new Upstreams(c.upstreams, simUrls) };
+    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls) };
   const s = { ...base, billing: new Billing(base) } as Services;
   s.batches = new BatchWorker(s, batchEndpoints());
   metrics.ledgerWrites = () => settler.writes;
@@ -131,4 +134,18 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
   // this instance, for a live one to take over once this one's heartbeat stops.
   await s.limiter.close(committed);
   await s.db.close();
+}
+
+/**
+ * What the start-up log says of the speech formats: with ffmpeg, the formats it converts to; without, which
+ * speech upstreams still serve aac (they make it themselves) and on which it is refused (400).
+ */
+function logSpeechFormats(c: Config, upstreams: ReadonlyMap<string, UpstreamConfig>, ffmpeg: Ffmpeg | undefined): void {
+  if (ffmpeg) { log('info', 'ffmpeg found: speech formats it converts to', { bin: ffmpeg.bin, formats: ffmpeg.formats }); return; }
+  const speaking = [...new Set(c.models.filter((m) => m.kind === 'tts').map((m) => m.upstream))];
+  const served = speaking.filter((n) => upstreams.get(n)?.speech.formats.includes('aac'));
+  const refused = speaking.filter((n) => !served.includes(n));
+  log('info', refused.length === 0 ? 'ffmpeg not found: every speech upstream makes aac itself'
+    : `ffmpeg not found: aac speech is refused with 400 on ${refused.join(', ')} (${served.length ? `served by ${served.join(', ')}, which make it` : 'no upstream makes it'})`,
+  { aac_refused: refused, aac_served_by: served });
 }

@@ -33,7 +33,7 @@ test('alignment gives every character an equal share of the audio, ending with i
 });
 
 test('output_format takes the whole enumeration and nothing else', () => {
-  assert.equal(OUTPUT_FORMATS.length, 19);
+  assert.equal(OUTPUT_FORMATS.length, 28, 'the official clients\' literal (elevenlabs 2.78): 28 formats');
   assert.equal(outputFormatOf(''), 'mp3_44100_128');
   for (const f of OUTPUT_FORMATS) assert.equal(outputFormatOf(`output_format=${f}`), f);
   assert.deepEqual(formatSpec('opus_48000_64'), { codec: 'opus', sampleRate: 48000, kbps: 64, contentType: 'audio/ogg' });

@@ -4,6 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { startGateway, assertInvariants } from './helpers/gateway.mjs';
+import { hasFfmpeg, oggPages, probeAudio } from './helpers/audio.mjs';
 
 // One gateway for the file (each test has accounts of its own).
 let gw = null;
@@ -194,4 +195,48 @@ test('a socket dropped while two contexts have text queued bills the generation 
   spent = 1_000_000_000n - BigInt(Math.round((await slow.cli('account', 'show', account)).balance * 1e9));
   assert.equal(spent, owed, 'the first and second generations, not the third');
   await assertInvariants(assert, slow, account);
+});
+
+test('a whitespace-only frame in a context (the flush frame {"text":" ","flush":true}) adds no characters: billed the text to speak', async () => {
+  const text = 'The flush frame carries one space that is not text to speak, so it is never billed as a character.';
+  assert.equal([...text].length, 98);
+  const { key, account } = await gw.account('1');
+  const before = await balance(account);
+  const s = await connect('output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key });
+  s.send({ text: ' ', context_id: 'a' });
+  s.send({ text, context_id: 'a' });
+  s.send({ text: ' ', context_id: 'a', flush: true });
+  s.send({ text: 'Hello', context_id: 'a' });
+  s.send({ text: ' ', context_id: 'a' });
+  s.send({ text: 'world.', context_id: 'a', flush: true });
+  await until(() => s.frames.filter((f) => f.audio).length === 2);
+  s.send({ close_socket: true });
+  assert.equal((await s.closed).code, 1000);
+  assert.deepEqual(s.frames.filter((f) => f.audio).map((f) => f.alignment.chars.join('')), [text, 'Hello world.']);
+  assert.equal(before - (await balance(account)), (98n + 12n) * PER_CHAR, 'billed 98 + 12 characters, no flush space');
+  await assertInvariants(assert, gw, account);
+});
+
+test('opus: each context is one Ogg Opus stream across its generations (one BOS page, one serial, growing granules), its own apart from the others', { skip: !hasFfmpeg && 'ffmpeg not installed' }, async () => {
+  const { key, account } = await gw.account('1');
+  const s = await connect('output_format=opus_48000_32&model_id=sim-tts', { 'xi-api-key': key });
+  const texts = { a: ['Context a says this first. ', 'Then a says more. '], b: ['Context b has its own stream. ', 'And its own second part. '] };
+  for (const id of ['a', 'b']) s.send({ text: ' ', context_id: id });
+  for (let i = 0; i < 2; i++) for (const id of ['a', 'b']) s.send({ text: texts[id][i], context_id: id, flush: true });
+  await until(() => s.frames.filter((f) => f.audio).length === 4);
+  s.send({ close_socket: true });
+  assert.equal((await s.closed).code, 1000);
+  const serials = [];
+  for (const id of ['a', 'b']) {
+    const ogg = Buffer.concat(s.frames.filter((f) => f.audio && f.contextId === id).map((f) => Buffer.from(f.audio, 'base64')));
+    const pages = oggPages(ogg);
+    assert.equal(pages.filter((p) => p.flags & 2).length, 1, `${id}: one beginning-of-stream page`);
+    assert.equal(new Set(pages.map((p) => p.serial)).size, 1, `${id}: one serial number`);
+    serials.push(pages[0].serial);
+    for (let i = 1; i < pages.length; i++) assert.ok(pages[i].granule >= pages[i - 1].granule, `${id}: granules only grow`);
+    const sum = texts[id].reduce((n, t) => n + [...t].length * 0.06, 0);
+    const p = probeAudio(ogg, 'ogg');
+    for (const d of [p.duration, p.decodedSeconds]) assert.ok(d >= sum - 0.001 && d <= sum + 0.027 * 2 + 0.0066, `${id}: ${d} s for ${sum} s of speech`);
+  }
+  await assertInvariants(assert, gw, account);
 });

@@ -148,7 +148,7 @@ test('with ffmpeg, aac from a wav+pcm upstream is real AAC of the speech\'s leng
   const aac = Buffer.from(await r.arrayBuffer());
   const pcm = decode(aac, 'aac');
   assert.ok(Math.abs(pcm.length / 2 / 24_000 - SECONDS) < 0.1, `aac lasts ${pcm.length / 2 / 24_000} s`);
-  // sim's own aac is silent; this one carries sim's tones
+  // made by Tollgate's ffmpeg from the wav+pcm upstream's pcm: it carries sim's tones
   assert.ok(rms(pcm) > 1000, `aac carries sound: rms ${rms(pcm)}`);
   await expectSpent(gw, account, before, 17n * PER_CHAR);
 

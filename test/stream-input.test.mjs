@@ -4,6 +4,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { startGateway, assertInvariants, TEST_MODELS } from './helpers/gateway.mjs';
+import { hasFfmpeg, oggPages, probeAudio } from './helpers/audio.mjs';
 
 const MODELS = TEST_MODELS.some((m) => m.kind === 'tts') ? TEST_MODELS
   : [...TEST_MODELS, { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, per_mchar: '15' }];
@@ -323,5 +324,49 @@ test('an upstream that fails before any audio closes with 1011 and bills nothing
   const bytes = Buffer.from(audio[0].audio, 'base64').length;
   assert.ok(bytes > 0 && bytes <= 0.5 * 16_000 * 2, `${bytes} bytes: at most sim's two 250 ms pieces, at 16 kHz`);
   assert.equal(before - (await balanceNano(gw, account)), BigInt([...text].length) * PER_CHAR, 'the generation that produced audio is billed its characters');
+  await assertInvariants(assert, gw, account);
+});
+
+/** 98 characters of text, without a trailing space (issue 24: billed 99 with the flush frame's space). */
+const NINETY_EIGHT = 'The flush frame carries one space that is not text to speak, so it is never billed as a character.';
+
+test('a whitespace-only frame (the flush frame {"text":" ","flush":true}) adds no characters: billed the text to speak, words still kept apart', async () => {
+  assert.equal([...NINETY_EIGHT].length, 98);
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, { text: NINETY_EIGHT }, { text: ' ', flush: true },
+    // a lone space between two words keeps them apart (it is spoken as the space between them)
+    { text: 'Hello' }, { text: ' ' }, { text: 'world.', flush: true }, { text: '' },
+  ]);
+  assert.equal(r.code, 1000);
+  const spoken = r.frames.filter((f) => f.audio).map((f) => f.alignment.chars.join(''));
+  assert.deepEqual(spoken, [NINETY_EIGHT, 'Hello world.']);
+  assert.equal(before - (await balanceNano(gw, account)), (98n + 12n) * PER_CHAR, 'billed 98 + 12 characters, no flush space');
+  await assertInvariants(assert, gw, account);
+});
+
+test('opus generations on one socket are one Ogg Opus stream: one BOS page, one serial, growing granules; joined, the whole speech decodes', { skip: !hasFfmpeg && 'ffmpeg not installed' }, async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const texts = ['The first generation is spoken here. ', 'A second one follows it. ', 'And a third ends the socket. '];
+  const r = await session(gw, 'output_format=opus_48000_64&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, ...texts.map((text) => ({ text, flush: true })), { text: '' },
+  ]);
+  assert.equal(r.code, 1000);
+  const chunks = r.frames.filter((f) => f.audio).map((f) => Buffer.from(f.audio, 'base64'));
+  assert.equal(chunks.length, texts.length);
+  const ogg = Buffer.concat(chunks);
+  const pages = oggPages(ogg);
+  assert.equal(pages.filter((p) => p.flags & 2).length, 1, 'one beginning-of-stream page');
+  assert.deepEqual([...new Set(pages.map((p) => p.serial))].length, 1, 'one serial number');
+  assert.deepEqual(pages.map((p) => p.seq), pages.map((_, i) => i), 'page sequence numbers run on');
+  for (let i = 1; i < pages.length; i++) assert.ok(pages[i].granule >= pages[i - 1].granule, `granule ${pages[i].granule} after ${pages[i - 1].granule}`);
+  // sim speaks 60 ms a character; each generation ends on a whole 20 ms packet (under 27 ms of silence after it);
+  // ffprobe's duration of Ogg Opus counts the 6.5 ms pre-skip too
+  const sum = texts.reduce((n, t) => n + [...t].length * 0.06, 0);
+  const p = probeAudio(ogg, 'ogg');
+  for (const d of [p.duration, p.decodedSeconds]) assert.ok(d >= sum - 0.001 && d <= sum + 0.027 * texts.length + 0.0066, `${d} s for ${sum} s of speech`);
   await assertInvariants(assert, gw, account);
 });

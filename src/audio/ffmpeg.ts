@@ -89,6 +89,19 @@ export class Ffmpeg {
   }
 }
 
+/** Encodes a whole S16LE mono PCM buffer at `rate` into `to` (ffmpeg's encoder and muxer for it, 64 kbit/s where it has a bit rate). */
+export function encodeWith(ffmpeg: Ffmpeg, pcm: Buffer, rate: number, to: SpeechFormat): Promise<Buffer> {
+  const out: Buffer[] = [];
+  let err = '';
+  return new Promise((resolve, reject) => {
+    const source = Object.assign(Readable.from([pcm]), { complete: true });
+    const reply = ffmpeg.convert(source, { from: 'pcm', fromRate: rate, to, toRate: rate }, (detail) => { err = detail; });
+    reply.on('data', (d: Buffer) => out.push(d));
+    reply.once('error', reject);
+    reply.once('end', () => (reply.complete ? resolve(Buffer.concat(out)) : reject(new Error(err || 'ffmpeg did not finish'))));
+  });
+}
+
 class Converted extends Readable implements ConvertedReply {
   private ok = false;
   private stderr = '';

@@ -1,8 +1,8 @@
 // Audio formats Tollgate and sim make from S16LE mono PCM, each behind one streaming encoder shape.
 //
 // Real codecs: pcm, wav, flac (verbatim), mp3 (lamejs), opus (libopus via opusscript, in Ogg), ulaw, alaw.
-// aac is a SILENT stream (valid ADTS of the right duration, no sound: no AAC encoder in JS here); sim uses
-// it, Tollgate never serves it (it converts to aac with ffmpeg, src/audio-convert).
+// aac is a SILENT stream (valid ADTS of the right duration, no sound: no AAC encoder in JS here), kept for the
+// container tests: neither Tollgate nor sim serves it (both make aac with ffmpeg, src/audio/ffmpeg.ts).
 import { bytes, encodeG711, int16, StreamResampler, wavHeader } from './pcm.js';
 import { FlacEncoder } from './flac.js';
 import { Mp3Encoder } from './mp3.js';
@@ -37,6 +37,8 @@ export interface EncoderOptions {
   tags?: Readonly<Record<string, string>>;
   /** MP3 and Opus bit rate in kbit/s (default 64). */
   kbps?: number;
+  /** WAV of unknown length: hold the samples until the end and write the header with their size (a whole reply, not a stream). */
+  hold?: boolean;
 }
 
 /** The content type each codec is served with. */
@@ -54,6 +56,12 @@ function sink(codec: Codec, rate: number, total: number | undefined, o: EncoderO
     case 'pcm': return { push: (s) => Buffer.from(bytes(s)), end: none };
     case 'ulaw': case 'alaw': return { push: (s) => encodeG711(s, codec), end: none };
     case 'wav': {
+      if (o.hold) {
+        // a whole reply: the samples wait for the end, so the header states their real size
+        const held: Buffer[] = [];
+        return { push: (s) => { held.push(Buffer.from(bytes(s))); return Buffer.alloc(0); },
+          end: () => { const data = Buffer.concat(held); return Buffer.concat([wavHeader(data.length, rate), data]); } };
+      }
       // unknown length: the sizes say 0xFFFFFFFF-ish, as streamed WAV does (decoders read to the end)
       let started = false;
       const head = () => (started ? Buffer.alloc(0) : (started = true, wavHeader(total === undefined ? 0xffffffff - 36 : total * 2, rate)));
@@ -85,6 +93,39 @@ export function audioEncoder(codec: Codec, o: EncoderOptions): AudioEncoder {
     },
     end: () => Buffer.concat([out.push(rs.end()), out.end()]),
     close: () => out.close?.(),
+  };
+}
+
+/**
+ * One stream made of several pieces of audio (a stream-input socket's generations, one context's): each
+ * `piece()` is an encoder for one piece. Opus pieces continue one Ogg Opus stream (one BOS page, one
+ * serial, granules only growing: the pieces joined are one valid file; a piece's end pads it with
+ * silence to a whole packet, OpusEncoder.boundary). The other codecs make each piece on its own, as they
+ * concatenate as they are (raw samples, MP3 frames). `close` frees what the stream holds.
+ */
+export interface PieceStream { piece(): AudioEncoder; close(): void }
+
+export function pieceStream(codec: Codec, o: EncoderOptions): PieceStream {
+  if (codec !== 'opus') return { piece: () => audioEncoder(codec, o), close: () => undefined };
+  const opus = new OpusEncoder(o.outRate ?? o.inRate, o.kbps ?? 64, o.tags ?? {});
+  const rs = () => new StreamResampler(o.inRate, o.outRate ?? o.inRate);
+  return {
+    piece: () => {
+      const r = rs();
+      let carry: Buffer | undefined;
+      return {
+        push: (chunk) => {
+          let buf = carry ? Buffer.concat([carry, chunk]) : chunk;
+          carry = undefined;
+          if (buf.length & 1) { carry = Buffer.from(buf.subarray(buf.length - 1)); buf = buf.subarray(0, buf.length - 1); }
+          return opus.push(r.push(int16(buf)));
+        },
+        end: () => Buffer.concat([opus.push(r.end()), opus.boundary()]),
+        // a piece given up (its upstream broke): the stream itself ends with the session (close)
+        close: () => undefined,
+      };
+    },
+    close: () => opus.close(),
   };
 }
 

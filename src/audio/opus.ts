@@ -63,7 +63,7 @@ const finalizer = new FinalizationRegistry<Native>(release);
 export class OpusEncoder {
   private readonly rate: number;
   private readonly frame: number;
-  private readonly resampler: StreamResampler | undefined;
+  private resampler: StreamResampler | undefined;
   private readonly ogg = new OggWriter();
   private native: Native | undefined;
   private pending: Int16Array;
@@ -109,7 +109,8 @@ export class OpusEncoder {
     const packets = this.resampler ? this.take(this.resampler.end()) : [];
     // every decoded sample counts in the granule, the pre-skip included
     const total = PRE_SKIP + this.samples * (48_000 / this.rate);
-    while (this.frames * FRAME_48K < total) {
+    while (this.frames * FRAME_48K < total || packets.length === 0) {
+      // (after a boundary() every sample is in a packet already: one silent packet, trimmed by the end granule, carries the end of the stream)
       this.pending.fill(0, this.fill);
       this.fill = 0;
       packets.push(this.encode(this.pending));
@@ -118,6 +119,31 @@ export class OpusEncoder {
     const pages = this.ogg.pages(packets, true);
     this.close();
     return Buffer.concat([head, pages]);
+  }
+
+  /**
+   * Ends one piece of audio without ending the stream (a stream-input generation): pads it with silence
+   * until every sample pushed so far, libopus's look-ahead included, is in a packet, and returns the pages
+   * of those packets. The stream goes on with the next push: one Ogg stream, one serial, granules growing;
+   * the silence (under 27 ms) is part of the stream, between this piece and the next.
+   */
+  boundary(): Buffer {
+    const head = this.start();
+    if (this.resampler) {
+      // the resampler's remainder belongs to this piece; the next piece starts a new one
+      const rest = this.take(this.resampler.end());
+      this.resampler = new StreamResampler(this.inputRate, this.rate);
+      if (rest.length > 0) return Buffer.concat([head, this.ogg.pages(rest), this.boundary()]);
+    }
+    // libopus's output lags its input by the look-ahead: the piece is all out once its samples and the
+    // look-ahead have been pushed, on a whole frame. What then decodes (the pre-skip dropped) is the
+    // pushed samples less the look-ahead: that is the stream's length so far, its silence included.
+    const lookAhead = (PRE_SKIP * this.rate) / 48_000;
+    const pushed = this.frames * this.frame + this.fill;
+    const target = Math.ceil((this.samples + lookAhead) / this.frame) * this.frame;
+    const packets = this.take(new Int16Array(target - pushed));
+    this.samples = target - lookAhead;
+    return Buffer.concat([head, this.ogg.pages(packets)]);
   }
 
   /** Frees the encoder (idempotent); pushing afterwards throws. */

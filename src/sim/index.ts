@@ -8,7 +8,9 @@ import { sendStream } from './stream.js';
 import { SimVoices } from './voices.js';
 import { voiceConversion } from './conversion.js';
 import { OPENAI_VOICES } from '../resolve/voices.js';
-import { speech } from './speech.js';
+import { simSpeechFormats, speech } from './speech.js';
+import { findFfmpeg, type Ffmpeg } from '../audio/ffmpeg.js';
+import type { Codec } from '../audio/index.js';
 import { transcribe } from './transcribe.js';
 import type { SimTranscriptionOptions } from '../config-transcription.js';
 import { attachRealtime } from './realtime.js';
@@ -20,8 +22,14 @@ export interface SimOptions {
   host?: string; port?: number; tokenDelayMs?: number; models?: SimModel[];
   /** The transcriber acting like an upstream with less: another model field, fewer formats, no streaming, no word times. */
   transcription?: SimTranscriptionOptions;
+  /** The ffmpeg its aac is made with: found at start when not given; null: none (sim then makes no aac). */
+  ffmpeg?: Ffmpeg | null;
 }
-export interface SimHandle { url: string; port: number; stats(): SimStats; close(): Promise<void> }
+export interface SimHandle {
+  url: string; port: number; stats(): SimStats; close(): Promise<void>;
+  /** The speech response_formats it makes (aac only with ffmpeg). */
+  speechFormats: readonly Codec[];
+}
 export interface SimStats { requests: number; activeStreams: number; abortedStreams: number; completedStreams: number }
 
 export const DEFAULT_SIM_MODELS: SimModel[] = [
@@ -43,7 +51,8 @@ function modelObject(m: SimModel): Obj {
  * Starts the simulated upstream. Per-request faults come from headers: x-sim-fail-status, x-sim-hang,
  * x-sim-truncate-after, x-sim-malformed, and x-sim-token-delay-ms overrides `tokenDelayMs`.
  */
-export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
+export async function startSim(opts: SimOptions = {}): Promise<SimHandle> {
+  const ffmpeg = opts.ffmpeg === undefined ? await findFfmpeg() : opts.ffmpeg ?? undefined;
   const models = new Map((opts.models ?? DEFAULT_SIM_MODELS).map((m) => [m.id, m]));
   const modelJson = new Map([...models.values()].map((m) => [m.id, JSON.stringify(modelObject(m))]));
   const listJson = JSON.stringify({ object: 'list', data: [...models.values()].map(modelObject) });
@@ -64,7 +73,7 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
     if (method === 'POST' && path === '/v1/audio/speech') {
       let b: Obj;
       try { b = JSON.parse(raw) as Obj; } catch { throw new SimError(400, 'We could not parse the JSON body of your request.'); }
-      speech(b, res, faults);
+      speech(b, res, faults, ffmpeg);
       return;
     }
     const kind = method !== 'POST' ? undefined
@@ -152,6 +161,7 @@ export function startSim(opts: SimOptions = {}): Promise<SimHandle> {
         url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
         port,
         stats: () => ({ ...stats }),
+        speechFormats: simSpeechFormats(ffmpeg),
         close: () => new Promise<void>((done) => { realtime.close(); server.close(() => done()); server.closeAllConnections(); }),
       });
     });

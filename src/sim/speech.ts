@@ -4,10 +4,11 @@
 // The text rides in the audio so that transcribing it gives it back (docs/upstreams.md, "sim's round trip"):
 // the PCM's least significant bits carry it (pcm, wav, flac keep every bit), and the containers that have tags
 // carry it as a tag too (mp3 and aac: ID3v2 TXXX; flac and opus: a Vorbis comment) — lossy codecs lose LSBs.
-// opus is real (libopus); sim's aac is a silent stream of the right duration (src/audio has no AAC encoder, and
-// sim stays synchronous and free of child processes; docs/upstreams.md).
+// opus is real (libopus); aac is real too, made by ffmpeg (src/audio has no AAC encoder) with the ID3v2 tag in
+// front: a sim without ffmpeg does not make aac at all (400), and says so (`simSpeechFormats`; docs/upstreams.md).
 import type http from 'node:http';
-import { audioEncoder, CONTENT_TYPES, type Codec } from '../audio/index.js';
+import { audioEncoder, CONTENT_TYPES, id3v2, type AudioEncoder, type Codec } from '../audio/index.js';
+import { encodeWith, type Ffmpeg } from '../audio/ffmpeg.js';
 import { SimError, type Faults } from './http.js';
 
 /** What sim's speech lasts: 60 ms per character at speed 1 (so timings are a function of the text). */
@@ -17,7 +18,10 @@ export const SIM_SPEECH_RATE = 24_000;
 export const SIM_TEXT_TAG = 'tollgate_sim_text';
 const MAGIC = Buffer.from('TGT1', 'latin1');
 
-export const SPEECH_FORMATS: readonly Codec[] = ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'];
+/** The response_formats sim makes: aac only with ffmpeg (it has no encoder of its own for it). */
+export function simSpeechFormats(ffmpeg: Ffmpeg | undefined): readonly Codec[] {
+  return ffmpeg?.formats.includes('aac') ? ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'] : ['mp3', 'opus', 'flac', 'wav', 'pcm'];
+}
 
 /** Samples per character at this speed. */
 function perChar(speed: number): number {
@@ -105,22 +109,44 @@ export function voiceSettingsAsked(v: unknown): boolean {
 /** Pieces of 250 ms of audio, written one by one (a slow reader holds the rest back). */
 const PIECE = SIM_SPEECH_RATE / 4;
 
-export function speech(body: Record<string, unknown>, res: http.ServerResponse, faults?: Faults): void {
+export function speech(body: Record<string, unknown>, res: http.ServerResponse, faults?: Faults, ffmpeg?: Ffmpeg): void {
+  const formats = simSpeechFormats(ffmpeg);
   const input = body.input;
   if (typeof input !== 'string' || input === '') throw new SimError(400, "'input' is required.", 'input');
   if (typeof body.voice !== 'string' || body.voice === '') throw new SimError(400, "'voice' is required.", 'voice');
   const format = (body.response_format ?? 'mp3') as Codec;
-  if (!SPEECH_FORMATS.includes(format)) throw new SimError(400, `response_format must be one of ${SPEECH_FORMATS.join(', ')}.`, 'response_format');
-  const sse = body.stream_format === 'sse';
+  if (!formats.includes(format)) {
+    const why = format === 'aac' ? ' (this sim makes aac with ffmpeg, which it did not find)' : '';
+    throw new SimError(400, `response_format must be one of ${formats.join(', ')}${why}.`, 'response_format');
+  }
   if (body.stream_format !== undefined && body.stream_format !== 'sse' && body.stream_format !== 'audio') throw new SimError(400, "stream_format must be 'audio' or 'sse'.", 'stream_format');
   const speed = body.speed === undefined ? 1 : body.speed;
   if (typeof speed !== 'number' || !(speed >= 0.25 && speed <= 4)) throw new SimError(400, 'speed must be a number from 0.25 to 4.', 'speed');
   checkSpeechParams(body);
   const samples = synth(input, speed, body.voice);
   const pcm = Buffer.from(samples.buffer, samples.byteOffset, samples.byteLength);
-  const enc = audioEncoder(format, { inRate: SIM_SPEECH_RATE, totalSamples: samples.length, tags: { [SIM_TEXT_TAG]: input } });
-  const pieces: Buffer[] = [];
-  for (let i = 0; i < pcm.length; i += PIECE * 2) pieces.push(pcm.subarray(i, i + PIECE * 2));
+  const tags = { [SIM_TEXT_TAG]: input };
+  const sse = body.stream_format === 'sse';
+  if (format !== 'aac') {
+    const pieces: Buffer[] = [];
+    for (let i = 0; i < pcm.length; i += PIECE * 2) pieces.push(pcm.subarray(i, i + PIECE * 2));
+    send(res, format, sse, input, audioEncoder(format, { inRate: SIM_SPEECH_RATE, totalSamples: samples.length, tags }), pieces, faults);
+    return;
+  }
+  // aac: ffmpeg encodes the whole speech, then it goes out in as many pieces as the PCM would have
+  const pass: AudioEncoder = { push: (c) => c, end: () => Buffer.alloc(0) };
+  encodeWith(ffmpeg!, pcm, SIM_SPEECH_RATE, 'aac').then((aac) => {
+    const file = Buffer.concat([id3v2(tags), aac]);
+    const n = Math.max(1, Math.ceil(pcm.length / (PIECE * 2)));
+    const size = Math.ceil(file.length / n);
+    const pieces: Buffer[] = [];
+    for (let i = 0; i < file.length; i += size) pieces.push(file.subarray(i, i + size));
+    send(res, format, sse, input, pass, pieces, faults);
+  }, (e: unknown) => { res.destroy(e instanceof Error ? e : new Error(String(e))); });
+}
+
+/** Writes the pieces through the encoder, as raw audio or SSE events, one by one (a slow reader holds the rest back). */
+function send(res: http.ServerResponse, format: Codec, sse: boolean, input: string, enc: AudioEncoder, pieces: Buffer[], faults?: Faults): void {
   let sent = 0;
   const emit = (audio: Buffer): boolean => {
     if (audio.length === 0) return true;

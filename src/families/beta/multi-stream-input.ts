@@ -8,6 +8,7 @@ import {
   changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, streamOptions, TextBuffer,
   voiceOfFrame, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
+import type { GenerationStream } from './produce.js';
 
 const REASON = 'tts.multi_stream_input';
 /**
@@ -44,6 +45,8 @@ interface Context {
   timer: NodeJS.Timeout | null;
   /** Its last queued generation, delivered: its final message follows it. */
   tail: Promise<void>;
+  /** Its audio: one stream across its generations (one Ogg Opus stream per context), made at the first. */
+  audio: GenerationStream | null;
 }
 
 class MultiStreamInput implements SessionHandler {
@@ -126,7 +129,7 @@ class MultiStreamInput implements SessionHandler {
       void this.error(`${e.code}: ${e.message} The context was not opened.`, id);
       return null;
     }
-    const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, voice, config: JSON.stringify(m.generation_config ?? null), timer: null, tail: Promise.resolve() };
+    const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, voice, config: JSON.stringify(m.generation_config ?? null), timer: null, tail: Promise.resolve(), audio: null };
     this.contexts.set(id ?? '', ctx);
     return ctx;
   }
@@ -139,7 +142,8 @@ class MultiStreamInput implements SessionHandler {
   /** Queues one generation of a context behind the session's others (one at a time: see Generations). */
   private generate(ctx: Context, piece: string): void {
     if (!this.session || !this.generations) return;
-    ctx.tail = this.generations.run(this.session, piece, ctx.voice, (g) => this.deliver(ctx, g)).catch((e: unknown) => {
+    ctx.audio ??= this.session.plan.stream();
+    ctx.tail = this.generations.run(this.session, ctx.audio, piece, ctx.voice, (g) => this.deliver(ctx, g)).catch((e: unknown) => {
       // Not awaited by the message that queued it: a failure here is logged and ends the session, as a handler's would.
       log('error', 'multi-stream-input generation failed', { session: this.socket.id, error: String((e as Error)?.stack ?? e) });
       this.refuse(1011, 'internal error');
@@ -165,7 +169,7 @@ class MultiStreamInput implements SessionHandler {
     this.contexts.delete(id ?? '');
     this.disarmContext(ctx);
     ctx.buffer.clear();
-    void ctx.tail.then(() => this.final(ctx));
+    void ctx.tail.then(() => this.final(ctx)).finally(() => ctx.audio?.close());
     return Promise.resolve();
   }
 
@@ -180,7 +184,7 @@ class MultiStreamInput implements SessionHandler {
     this.contexts.clear();
     for (const ctx of open) { this.disarmContext(ctx); this.flush(ctx); }
     await this.generations?.idle();
-    for (const ctx of open) await this.final(ctx);
+    for (const ctx of open) { await this.final(ctx); ctx.audio?.close(); }
     if (!this.ended) this.refuse(NORMAL, '');
   }
 
@@ -231,6 +235,7 @@ class MultiStreamInput implements SessionHandler {
     for (const ctx of this.contexts.values()) this.disarmContext(ctx);
     // Generations under way are billed first (they were produced); then the slot is freed.
     await this.generations?.idle();
+    for (const ctx of this.contexts.values()) ctx.audio?.close();
     await this.session?.charge.release();
   }
 
@@ -240,6 +245,7 @@ class MultiStreamInput implements SessionHandler {
     this.disarm();
     for (const ctx of this.contexts.values()) this.disarmContext(ctx);
     await this.generations?.idle();
+    for (const ctx of this.contexts.values()) ctx.audio?.close();
     this.socket.close(GOING_AWAY, 'the gateway is shutting down');
     await this.session?.charge.release();
   }

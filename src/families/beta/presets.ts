@@ -7,9 +7,18 @@ export function betaPreset(id: string): string | null {
   return v && v.family === 'beta' ? v.upstreamVoice : null;
 }
 
-/** Premade voices as the family lists them (legacy ones only when asked). */
+/**
+ * The premade voices the official clients' own examples speak with (George in the Python and Node
+ * READMEs, Rachel in older examples): listed first, so the first page of `GET /v2/voices` (10 by default) shows them.
+ */
+export const EXAMPLE_VOICES: readonly string[] = ['JBFqnCBsd6RMkjVDRZzb', '21m00Tcm4TlvDq8ikWAM'];
+
+const rank = (id: string): number => { const i = EXAMPLE_VOICES.indexOf(id); return i < 0 ? EXAMPLE_VOICES.length : i; };
+
+/** Premade voices as the family lists them (legacy ones only when asked), the clients' example voices first. */
 export function presetViews(showLegacy: boolean, ttsModelIds: string[]): Record<string, unknown>[] {
-  return PRESET_VOICES.filter((v) => v.family === 'beta' && (showLegacy || !v.legacy)).map((v) => ({
+  const listed = PRESET_VOICES.filter((v) => v.family === 'beta' && (showLegacy || !v.legacy));
+  return [...listed].sort((a, b) => rank(a.id) - rank(b.id)).map((v) => ({
     voice_id: v.id, name: v.name, category: 'premade', labels: {}, description: null, samples: null, fine_tuning: null,
     preview_url: null, available_for_tiers: [], settings: null, sharing: null, high_quality_base_model_ids: ttsModelIds,
     verified_languages: [], safety_control: null, voice_verification: null, permission_on_resource: null, is_owner: false,

@@ -3,19 +3,26 @@ import { Type } from '@sinclair/typebox';
 import { GatewayError } from '../../errors.js';
 import { compile } from '../validate.js';
 
-/** `output_format` (A2): codec_sampleRate[_bitrate]; the REST enumeration, default mp3_44100_128. */
+/**
+ * `output_format`: codec_sampleRate[_bitrate]; the REST enumeration, default mp3_44100_128. The list is the
+ * official clients' own (elevenlabs Python 2.78 `TextToSpeechConvertRequestOutputFormat`, the Node client's
+ * enum of the same name): every value there is made here (docs/compatibility.md, "Output formats").
+ */
 export const OUTPUT_FORMATS = [
-  'mp3_22050_32', 'mp3_44100_32', 'mp3_44100_64', 'mp3_44100_96', 'mp3_44100_128', 'mp3_44100_192',
-  'pcm_8000', 'pcm_16000', 'pcm_22050', 'pcm_24000', 'pcm_44100', 'pcm_48000', 'ulaw_8000', 'alaw_8000',
+  'mp3_22050_32', 'mp3_24000_48', 'mp3_44100_32', 'mp3_44100_64', 'mp3_44100_96', 'mp3_44100_128', 'mp3_44100_192',
+  'pcm_8000', 'pcm_16000', 'pcm_22050', 'pcm_24000', 'pcm_32000', 'pcm_44100', 'pcm_48000', 'ulaw_8000', 'alaw_8000',
   'opus_48000_32', 'opus_48000_64', 'opus_48000_96', 'opus_48000_128', 'opus_48000_192',
+  'wav_8000', 'wav_16000', 'wav_22050', 'wav_24000', 'wav_32000', 'wav_44100', 'wav_48000',
 ] as const;
+/** The formats that only a whole reply has (a WAV header); the stream-input sockets do not offer them. */
+export const WHOLE_FILE_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f.startsWith('wav_'));
 export type OutputFormat = typeof OUTPUT_FORMATS[number];
 export const DEFAULT_OUTPUT_FORMAT: OutputFormat = 'mp3_44100_128';
 
-export interface FormatSpec { codec: 'mp3' | 'pcm' | 'ulaw' | 'alaw' | 'opus'; sampleRate: number; kbps: number | null; contentType: string }
+export interface FormatSpec { codec: 'mp3' | 'pcm' | 'ulaw' | 'alaw' | 'opus' | 'wav'; sampleRate: number; kbps: number | null; contentType: string }
 
 const CONTENT_TYPES: Record<FormatSpec['codec'], string> = {
-  mp3: 'audio/mpeg', pcm: 'audio/pcm', ulaw: 'audio/basic', alaw: 'audio/x-alaw-basic', opus: 'audio/ogg',
+  mp3: 'audio/mpeg', pcm: 'audio/pcm', ulaw: 'audio/basic', alaw: 'audio/x-alaw-basic', opus: 'audio/ogg', wav: 'audio/wav',
 };
 
 export function formatSpec(f: OutputFormat): FormatSpec {

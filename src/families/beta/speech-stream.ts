@@ -10,8 +10,8 @@ import type { KeyRecord } from '../../store/keys.js';
 import type { SessionSocket, UpgradeRequest } from '../../server/ws.js';
 import { beta } from './family.js';
 import { betaPreset } from './presets.js';
-import { OUTPUT_FORMATS, type OutputFormat } from './schemas.js';
-import { production, type Production } from './produce.js';
+import { OUTPUT_FORMATS, WHOLE_FILE_FORMATS, type OutputFormat } from './schemas.js';
+import { production, type GenerationStream, type Production } from './produce.js';
 import { queryParams, voiceSettingsParams } from './speech-params.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
 
@@ -29,8 +29,8 @@ export const GOING_AWAY = 1001;
 export const POLICY = 1008;
 export const UPSTREAM_FAILED = 1011;
 
-/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 (api-notes A2, A12). */
-export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f !== 'pcm_48000');
+/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 and the WAV formats (a WAV header belongs to a whole file). */
+export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f !== 'pcm_48000' && !WHOLE_FILE_FORMATS.includes(f));
 
 export interface StreamOptions {
   modelId: string | null;
@@ -137,15 +137,27 @@ export function scheduleOf(m: Record<string, unknown>): readonly number[] {
   return schedule as number[];
 }
 
-/** Text waiting to be spoken, cut into generations by its schedule: the n-th generation waits for schedule[n] characters. */
+/**
+ * Text waiting to be spoken, cut into generations by its schedule: the n-th generation waits for schedule[n] characters.
+ * What is billed is the text to be spoken: a frame of whitespace only (the protocol's opening `" "`, a
+ * `{"text": " ", "flush": true}`) adds no characters; it only keeps two words apart — the text after it
+ * gets one space in front when neither side has one.
+ */
 export class TextBuffer {
   private text = '';
   private cuts = 0;
+  /** A whitespace-only frame came after the buffered text. */
+  private gap = false;
   constructor(private readonly schedule: readonly number[]) {}
 
   get pending(): string { return this.text; }
-  push(t: string): void { this.text += t; }
-  clear(): void { this.text = ''; }
+  push(t: string): void {
+    if (t.trim() === '') { if (t !== '' && this.text !== '') this.gap = true; return; }
+    if (this.gap && this.text !== '' && !/\s$/.test(this.text) && !/^\s/.test(t)) this.text += ' ';
+    this.gap = false;
+    this.text += t;
+  }
+  clear(): void { this.text = ''; this.gap = false; }
 
   /**
    * The next piece due (cut at the last space within its length), or null: due once the buffer holds
@@ -208,13 +220,13 @@ export class Generations {
   stop(): void { this.stopped = true; }
 
   /**
-   * Queues a generation after those already queued; `deliver` sends its outcome, and the next one
+   * Queues a generation after those already queued, its audio made as the next piece of `audio`; `deliver` sends its outcome, and the next one
    * starts only once it has (a slow client holds the generations back). Resolves once delivered.
    */
-  run(session: SpeechSession, text: string, voice: VoiceFields, deliver: (g: Generated) => Promise<void>): Promise<void> {
+  run(session: SpeechSession, audio: GenerationStream, text: string, voice: VoiceFields, deliver: (g: Generated) => Promise<void>): Promise<void> {
     this.queued++;
     const skipped: Generated = { ok: false, code: GOING_AWAY, reason: '', audio: null };
-    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, text, voice))).then(deliver).finally(() => { this.queued--; });
+    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, audio, text, voice))).then(deliver).finally(() => { this.queued--; });
     this.chain = run.catch(() => undefined);
     return run;
   }
@@ -230,7 +242,7 @@ export class Generations {
    * commits the record); before that, nothing was produced and nothing is billed. Once produced, a
    * generation is billed whether the client stays to hear it or the upstream breaks off.
    */
-  private async generate(session: SpeechSession, text: string, voice: VoiceFields): Promise<Generated> {
+  private async generate(session: SpeechSession, stream: GenerationStream, text: string, voice: VoiceFields): Promise<Generated> {
     const { charge, target, plan, extra } = session;
     if (!charge.isOpen) return { ok: false, code: GOING_AWAY, reason: '', audio: null };
     const characters = [...text].length;
@@ -243,7 +255,8 @@ export class Generations {
       throw e;
     }
     const seq = ++this.seq;
-    const meter = new SpeechMeter({ characters }, plan.encoder(), plan.contentType, {});
+    // the socket's (context's) stream: Opus generations continue one Ogg stream (produce.ts)
+    const meter = new SpeechMeter({ characters }, stream.generation(), plan.contentType, {});
     const parts: Buffer[] = [];
     let pcmBytes = 0;
     let recorded = false;

@@ -7,6 +7,7 @@ import {
   changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, streamOptions, TextBuffer,
   voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
+import type { GenerationStream } from './produce.js';
 
 const REASON = 'tts.stream_input';
 
@@ -35,6 +36,8 @@ class StreamInput implements SessionHandler {
   private firstSettings = { voiceSettings: undefined as unknown, config: 'null' };
   private voice: VoiceFields = {};
   private readonly generations: Generations | null;
+  /** The socket's audio: one stream across its generations (one Ogg Opus stream), made at the first. */
+  private audio: GenerationStream | null = null;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
@@ -110,7 +113,8 @@ class StreamInput implements SessionHandler {
   /** Synthesizes one piece and sends its audio (waiting for a slow client); a refused or failed generation ends the session. */
   private async generate(piece: string): Promise<void> {
     if (!this.session || !this.generations) return;
-    await this.generations.run(this.session, piece, this.voice, (g) => this.send(g));
+    this.audio ??= this.session.plan.stream();
+    await this.generations.run(this.session, this.audio, piece, this.voice, (g) => this.send(g));
   }
 
   private async send(g: Generated): Promise<void> {
@@ -165,6 +169,7 @@ class StreamInput implements SessionHandler {
     this.disarm();
     // A generation under way is billed first (it was produced); then the slot is freed (nothing is left held).
     await this.generations?.idle();
+    this.audio?.close();
     await this.session?.charge.release();
   }
 
@@ -173,6 +178,7 @@ class StreamInput implements SessionHandler {
     this.disarm();
     // A generation under way finishes and is billed, then the client hears 1001 (going away).
     await this.generations?.idle();
+    this.audio?.close();
     this.socket.close(GOING_AWAY, 'the gateway is shutting down');
     await this.session?.charge.release();
   }

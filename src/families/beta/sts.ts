@@ -57,7 +57,7 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
     }
     upstreamVoice = v.upstreamVoiceId;
   }
-  const plan = production(format);
+  const plan = production(format, undefined, ctx.routeName === 'beta.sts');
   // Raw PCM is measured by its length and goes on with input_format saying so; a container declared raw is refused by name.
   const audioMs = fileFormat === 'pcm_s16le_16' ? measureRawPcm(audio.data, 'audio', (m) => field422('file_format', m)).durationMs : await measure(audio.data, 'audio');
   const charge = await Charge.open(s, {

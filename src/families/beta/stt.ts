@@ -4,7 +4,7 @@ import type { Route } from '../../server/router.js';
 import type { Ctx } from '../../server/context.js';
 import type { Readable } from 'node:stream';
 import { GatewayError } from '../../errors.js';
-import { readMultipart, type Multipart } from '../../server/multipart.js';
+import { readMultipart } from '../../server/multipart.js';
 import { Charge } from '../../exchange/charge.js';
 import { relayCall } from '../../exchange/relay-http.js';
 import { TranscriptMeter } from '../../meter/transcript.js';
@@ -14,6 +14,7 @@ import { beta } from './family.js';
 import { measureRawPcm } from '../../meter/audio.js';
 import { wav } from '../../audio/pcm.js';
 import { routeUploadBytes } from '../../config.js';
+import { sttParams } from './stt-params.js';
 
 /** Measures an uploaded file's duration in milliseconds (frames counted or samples decoded, never a header); 400 when it cannot be. */
 export type MeasureAudio = (data: Buffer, param: string) => Promise<number>;
@@ -22,35 +23,13 @@ function field422(field: string, msg: string, code: 'validation_error' | 'unsupp
   return new GatewayError({ status: 422, code, param: field, message: msg, detail: [{ loc: ['body', field], msg, type: code === 'validation_error' ? 'value_error' : code }] });
 }
 
-function bool(form: Multipart, name: string): boolean | null {
-  const v = form.field(name);
-  if (v === undefined || v === '') return null;
-  if (v === 'true' || v === 'True' || v === '1') return true;
-  if (v === 'false' || v === 'False' || v === '0') return false;
-  throw field422(name, `${name} must be true or false; got "${v.slice(0, 32)}".`);
-}
-
-/** What cannot be honoured by the transcription contract: asked for, it is refused rather than dropped. */
-function refuseUnsupported(form: Multipart): void {
-  const present = (n: string) => { const v = form.field(n); return v !== undefined && v !== '' && v !== 'null'; };
-  if (bool(form, 'diarize') === true || present('num_speakers') || present('diarization_threshold')) {
-    const p = bool(form, 'diarize') === true ? 'diarize' : present('num_speakers') ? 'num_speakers' : 'diarization_threshold';
-    throw field422(p, `${p} is not supported: the transcription model does not tell speakers apart.`, 'unsupported_parameter');
-  }
-  if (bool(form, 'use_multi_channel') === true) throw field422('use_multi_channel', 'use_multi_channel is not supported.', 'unsupported_parameter');
-  if (bool(form, 'webhook') === true) throw field422('webhook', 'webhook is not supported: transcriptions are answered in the response.', 'unsupported_parameter');
-  if (present('cloud_storage_url')) throw field422('cloud_storage_url', 'cloud_storage_url is not supported: upload the audio as file.', 'unsupported_parameter');
-  const extra = form.field('additional_formats');
-  if (extra !== undefined && extra !== '' && extra !== '[]' && extra !== 'null') {
-    throw field422('additional_formats', 'additional_formats are not supported.', 'unsupported_parameter');
-  }
-}
-
 async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: MeasureAudio): Promise<void> {
   const form = await readMultipart(stream, ctx.headers['content-type'], { maxFileBytes: routeUploadBytes(s.config, 'beta.stt'), maxFiles: 1 });
   const modelId = form.field('model_id');
   if (!modelId) throw field422('model_id', 'model_id is required (scribe_v1).');
-  refuseUnsupported(form);
+  const model = s.models.resolve(modelId, 'stt');
+  // The client's other parameters: sent on to an upstream that takes them, else refused when they ask for something (stt-params.ts).
+  const passed = sttParams(form, s.upstreams.config(model.upstream).transcription.sttParams, model.id);
   const file = form.files.find((f) => f.field === 'file');
   if (!file) throw field422('file', 'file is required: the audio to transcribe.');
   const granularity = (form.field('timestamps_granularity') ?? 'word') as Granularity;
@@ -63,7 +42,6 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
   if (fileFormat !== undefined && fileFormat !== '' && fileFormat !== 'other' && fileFormat !== 'pcm_s16le_16') {
     throw field422('file_format', 'file_format must be pcm_s16le_16 or other.');
   }
-  const model = s.models.resolve(modelId, 'stt');
   // Word times come from verbose_json (words, else segments); an upstream without it is asked for json, its words then spread evenly.
   const caps = s.upstreams.config(model.upstream).transcription;
   const verbose = caps.formats.includes('verbose_json');
@@ -89,6 +67,7 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
   if (verbose) parts.push({ name: 'timestamp_granularities[]', value: 'word' }, { name: 'timestamp_granularities[]', value: 'segment' });
   if (language) parts.push({ name: 'language', value: language });
   if (temperature !== undefined && temperature !== '') parts.push({ name: 'temperature', value: temperature });
+  parts.push(...passed);
   const up = buildForm(parts);
   const meter = new TranscriptMeter(audioMs, (json) => JSON.stringify(chunkResponse(json, { durationSecs: audioMs / 1000, granularity, languageCode: language })));
   await relayCall(s.upstreams, {

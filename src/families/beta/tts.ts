@@ -36,7 +36,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   const target = await speechTarget(s, ctx.key!.accountId, voiceId, req.model_id, preset);
   // Refused here, before anything is held, when the voice's model cannot honour one (voice_settings included).
   const extra = speechParams(s.models.models, target.model, req);
-  const plan = production(format, s.upstreams.config(target.model.upstream).speech);
+  const plan = production(format, s.upstreams.config(target.model.upstream).speech, !stream);
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: target.model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 },

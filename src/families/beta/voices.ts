@@ -170,7 +170,8 @@ export function searchVoices(all: View[], q: URLSearchParams): View {
   const ordered = hits.map((v, i) => ({ v, i })).sort((a, b) => {
     const x = key(a.v);
     const y = key(b.v);
-    if (x === y) return desc && !byName ? b.i - a.i : a.i - b.i;
+    // premade voices (no date) keep their listed order, the clients' example voices first (presets.ts)
+    if (x === y) return desc && !byName && x !== -1 ? b.i - a.i : a.i - b.i;
     return (x < y ? -1 : 1) * (desc ? -1 : 1);
   }).map((e) => e.v);
   const page = ordered.slice(from, from + size);

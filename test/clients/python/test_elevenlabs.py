@@ -232,7 +232,7 @@ def test_a_cloned_voice_speaks_at_the_clone_models_price(el, gateway, account):
 def test_an_output_format_outside_the_enumeration_is_a_422(el, gateway, account):
     before = gateway.balance(account.key)
     with pytest.raises(ApiError) as err:
-        b"".join(el.text_to_speech.convert(GEORGE, text="Hi", output_format="wav_44100"))
+        b"".join(el.text_to_speech.convert(GEORGE, text="Hi", output_format="wav_11025"))
     assert err.value.status_code == 422
     assert err.value.body["detail"][0]["loc"] == ["query", "output_format"]
     gateway.assert_not_debited(account.key, before)
