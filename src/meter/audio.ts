@@ -21,8 +21,10 @@ export function invalidAudio(message: string, param = 'file'): GatewayError {
  * whose duration cannot be read is refused with 400 `invalid_audio`, before anything is held or sent
  * upstream: it bills nothing.
  */
-export async function measureAudio(data: Buffer, opts: { mimeType?: string; filename?: string; param?: string } = {}): Promise<AudioInfo> {
+export async function measureAudio(data: Buffer, opts: { mimeType?: string; filename?: string; param?: string; use?: 'billed' | 'voice_sample' } = {}): Promise<AudioInfo> {
   const param = opts.param ?? 'file';
+  // A voice sample is measured to be kept, not to be billed (adding a voice is free): the error says so.
+  const unusable = opts.use === 'voice_sample' ? 'so it cannot be used as a voice sample' : 'so it cannot be billed';
   if (data.length === 0) throw invalidAudio('The audio file is empty.', param);
   let meta;
   try {
@@ -39,7 +41,7 @@ export async function measureAudio(data: Buffer, opts: { mimeType?: string; file
   const container = adts !== undefined ? 'ADTS/MPEG-4' : meta.format.container;
   const seconds = adts ?? meta.format.duration;
   if (seconds === undefined || !Number.isFinite(seconds) || seconds <= 0) {
-    throw invalidAudio(`The duration of this ${container ?? 'unrecognised'} audio cannot be read from the file, so it cannot be billed; send WAV, MP3, Ogg/Opus, FLAC, M4A or WebM.`, param);
+    throw invalidAudio(`The duration of this ${container ?? 'unrecognised'} audio cannot be read from the file, ${unusable}; send WAV, MP3, Ogg/Opus, FLAC, M4A or WebM.`, param);
   }
   return {
     durationMs: Math.ceil(seconds * 1000), container: container ?? 'unknown', codec: meta.format.codec,

@@ -63,7 +63,7 @@ async function addVoice(s: Services, ctx: Ctx, stream: NonNullable<Parameters<ty
     throw new GatewayError({ status: 400, code: 'voice_limit_reached', message: `This account holds ${counts.held} voices, its limit; delete one to add another.` });
   }
   // Each sample must be audio whose length can be read (400 invalid_audio otherwise, nothing stored): its duration is listed.
-  const durations = await Promise.all(samples.map((f) => measureAudio(f.data, { mimeType: f.mimeType, filename: f.filename, param: 'files' })));
+  const durations = await Promise.all(samples.map((f) => measureAudio(f.data, { mimeType: f.mimeType, filename: f.filename, param: 'files', use: 'voice_sample' })));
   const files = samples.map((f) => ({ fileName: f.filename, mimeType: f.mimeType, data: f.data }));
   const upstreamVoiceId = await cloneVoice(s.upstreams, { upstream: model.upstream, model: model.upstreamModel, name, samples: files, requestId: ctx.requestId, clientHeaders: ctx.headers },
     (res) => beta.upstreamError(res, ctx.requestId));
