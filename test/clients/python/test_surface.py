@@ -65,12 +65,14 @@ def sweep(gateway: Gateway, key: str, family: str) -> dict[tuple[str, str], str]
 
 
 def documented(family: str) -> dict[tuple[str, str], str]:
-    """The rows of docs/compatibility.md's route tables for a family: (method, path) -> state."""
+    """The rows of docs/compatibility.md's route tables for a family that the Python client calls: (method, path) -> state."""
     base = FAMILIES[family][0]
     rows: dict[tuple[str, str], str] = {}
     for line in COMPATIBILITY.read_text().splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
-        if len(cells) < 3 or cells[0] not in ("GET", "POST", "DELETE", "PATCH", "PUT"):
+        if len(cells) < 4 or cells[0] not in ("GET", "POST", "DELETE", "PATCH", "PUT"):
+            continue
+        if "python" not in [c.strip() for c in cells[3].split(",")]:
             continue
         path = cells[1]
         if family == "beta" and path.startswith("/beta/"):
