@@ -8,7 +8,7 @@ import { base62 } from '../../store/ids.js';
 import { getFile } from '../../store/files.js';
 import { batchObject, cancelBatch, createBatch, getBatch, listBatches } from '../../store/batches.js';
 import type { BatchEndpoints } from '../../jobs/batch-worker.js';
-import { compile, parseJson } from '../validate.js';
+import { compile, parseJson, rejectAsked } from '../validate.js';
 import { alpha } from './family.js';
 import { chatCompletion } from './chat.js';
 import { completion, embedding } from './completions.js';
@@ -45,6 +45,8 @@ export function batchRoutes(s: Services): Route[] {
       method: 'POST', path: '/v1/batches', name: 'batches.create', scope: 'batch', metered: true,
       handler: async (ctx, { body }) => {
         const req = parseJson(check, body, ctx.headers['content-type']);
+        // Output and error files are kept until deleted: an expiry asked for would not happen.
+        rejectAsked(req as Record<string, unknown>, ['output_expires_after']);
         const key = ctx.key!;
         // Balance > 0 and the key under its ceiling (402 otherwise), with rpm and concurrency; nothing is held:
         // each line reserves its own worst case when it runs.

@@ -5,6 +5,7 @@ import type { Readable } from 'node:stream';
 import type { Ctx } from '../../server/context.js';
 import { GatewayError } from '../../errors.js';
 import { readMultipart, invalidMultipart } from '../../server/multipart.js';
+import { unsupported } from '../validate.js';
 import { deleteFile, dropFile, publishFile, fileChunks, fileObject, getFile, listFiles, newFileId, storeFile, type FileRow } from '../../store/files.js';
 
 /** What CreateFileRequest's `purpose` may be. */
@@ -105,6 +106,8 @@ async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
     if (!PURPOSES.includes(purpose)) {
       throw new GatewayError({ status: 400, code: 'invalid_value', param: 'purpose', message: `\`purpose\` must be one of ${PURPOSES.join(', ')}; got ${JSON.stringify(purpose.slice(0, 64))}.` });
     }
+    // Files are kept until deleted: an expiry asked for would not happen, so it is refused rather than dropped.
+    if ([...form.fields.keys()].some((k) => k === 'expires_after' || k.startsWith('expires_after['))) throw unsupported('expires_after', 'files are kept here until they are deleted');
     const file = stored as FileRow | null;
     if (files === 0 || !file) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: 'file', message: '`file` is required: send the file as the multipart field "file".' });
     await publishFile(s.db, file.id, purpose);

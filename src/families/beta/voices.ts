@@ -11,6 +11,7 @@ import { beta } from './family.js';
 import { presetViews } from './presets.js';
 import { measureAudio } from '../../meter/audio.js';
 import { routeUploadBytes } from '../../config.js';
+import { refuseNoiseRemoval, refuseSearchFilters, refuseWithSettings } from './voice-params.js';
 
 function voiceNotFound(id: string): GatewayError {
   return new GatewayError({ status: 404, code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
@@ -53,6 +54,7 @@ async function addVoice(s: Services, ctx: Ctx, stream: NonNullable<Parameters<ty
   if (samples.length === 0) throw invalid('files', 'validation_error', 'files is required: one or more audio samples of the voice.');
   if (samples.some((f) => f.data.length === 0)) throw invalid('files', 'validation_error', 'a sample in files is empty.');
   const labels = parseLabels(form.field('labels'));
+  refuseNoiseRemoval(form.field('remove_background_noise'));
   const description = form.field('description') ?? null;
   const model = s.models.models.find((m) => m.voiceCloning);
   if (!model) {
@@ -133,9 +135,14 @@ export function voiceRoutes(s: Services): Route[] {
     { method: 'GET', path: '/v1/voices', name: 'beta.voices.list', scope: 'voice',
       handler: async (ctx) => ctx.json(200, { voices: await all(ctx, new URLSearchParams(ctx.query).get('show_legacy') === 'true') }) },
     { method: 'GET', path: '/v2/voices', name: 'beta.voices.search', scope: 'voice',
-      handler: async (ctx) => ctx.json(200, searchVoices(await all(ctx, true), new URLSearchParams(ctx.query))) },
+      handler: async (ctx) => {
+        const q = new URLSearchParams(ctx.query);
+        refuseSearchFilters(q);
+        ctx.json(200, searchVoices(await all(ctx, true), q));
+      } },
     { method: 'GET', path: '/v1/voices/:voice_id', name: 'beta.voices.get', scope: 'voice',
       handler: async (ctx, { params }) => {
+        refuseWithSettings(new URLSearchParams(ctx.query));
         const preset = presetViews(true, presetModels).find((v) => v.voice_id === params.voice_id);
         ctx.json(200, preset ?? clonedVoiceView(await ownVoice(s, ctx, params.voice_id!)));
       } },
