@@ -5,7 +5,7 @@ export type ErrorCode =
   // the request
   | 'invalid_json' | 'invalid_encoding' | 'invalid_multipart' | 'invalid_audio' | 'unsupported_media_type' | 'validation_error' | 'invalid_value' | 'unsupported_parameter'
   | 'missing_required_parameter' | 'batch_not_cancellable'
-  | 'request_too_large' | 'storage_quota_exceeded' | 'headers_too_large' | 'not_found' | 'method_not_allowed'
+  | 'request_too_large' | 'storage_quota_exceeded' | 'headers_too_large' | 'not_found' | 'method_not_allowed' | 'not_offered'
   | 'model_not_found'
   // voices (the beta family)
   | 'invalid_labels' | 'voice_not_found' | 'sample_not_found' | 'voice_limit_reached' | 'voice_cloning_unavailable' | 'max_character_limit_exceeded'
@@ -107,6 +107,11 @@ export function internalError(): GatewayError {
     status: 500, code: 'internal_error', type: 'server_error',
     message: 'The gateway failed to handle this request. It has been logged with its request id.',
   });
+}
+
+/** A route of a covered group that this gateway deliberately does not offer (docs/compatibility.md lists them with their reasons). */
+export function notOffered(what: string, reason: string): GatewayError {
+  return new GatewayError({ status: 404, code: 'not_offered', message: `${what} is not offered by this gateway: ${reason}` });
 }
 
 export function notFound(path: string): GatewayError {

@@ -26,6 +26,9 @@ import { streamInputRoute } from './families/beta/stream-input.js';
 import { multiStreamInputRoute } from './families/beta/multi-stream-input.js';
 import { realtimeRoute } from './families/alpha/realtime.js';
 import { RealtimeSecrets, realtimeSecretRoutes } from './families/alpha/realtime-secrets.js';
+import { notOfferedRoutes } from './families/not-offered.js';
+import { ALPHA_NOT_OFFERED } from './families/alpha/not-offered.js';
+import { BETA_NOT_OFFERED } from './families/beta/not-offered.js';
 
 export function mounts(s: Services): Mount[] {
   const secrets = new RealtimeSecrets(s);
@@ -37,8 +40,8 @@ export function mounts(s: Services): Mount[] {
   const measure = async (data: Buffer, param: string): Promise<number> => (await measureAudio(data, { param, ffmpeg: s.ffmpeg })).durationMs;
   return [
     { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s), ...audioRoutes(s), ...transcriptRoutes(s), ...fileRoutes(s), ...batchRoutes(s),
-      ...realtimeSecretRoutes(s, secrets)], sockets: [realtimeRoute(s, (presented) => secrets.grant(presented))] },
-    { family: beta, routes: [...voiceRoutes(s), ...ttsRoutes(s, betaPreset), ...sttRoutes(s, measure), ...stsRoutes(s, measure, betaPreset), ...betaAccountRoutes(s)], sockets: [streamInputRoute(s), multiStreamInputRoute(s)] },
+      ...realtimeSecretRoutes(s, secrets), ...notOfferedRoutes('alpha', ALPHA_NOT_OFFERED)], sockets: [realtimeRoute(s, (presented) => secrets.grant(presented))] },
+    { family: beta, routes: [...voiceRoutes(s), ...ttsRoutes(s, betaPreset), ...sttRoutes(s, measure), ...stsRoutes(s, measure, betaPreset), ...betaAccountRoutes(s), ...notOfferedRoutes('beta', BETA_NOT_OFFERED)], sockets: [streamInputRoute(s), multiStreamInputRoute(s)] },
     { family: svc, routes: [...keyRoutes(s), ...billingRoutes(s)] },
     // The console renders its own errors as pages; health and metrics need no envelope of a family.
     { family: svc, routes: [...ops, ...consoleRoutes(s)], prefixes: [''] },

@@ -9,7 +9,8 @@ test('unknown routes are 404 and wrong methods 405, both in the error envelope',
   const nf = await gw.fetch('/alpha/v1/nope', { headers: bearer(key) });
   assert.equal(nf.status, 404);
   assert.equal((await nf.json()).error.code, 'not_found');
-  const na = await gw.fetch('/v1/chat/completions', { method: 'GET', headers: bearer(key) });
+  // (GET /v1/chat/completions lists stored completions: a route answered as not offered, docs/compatibility.md.)
+  const na = await gw.fetch('/v1/embeddings', { method: 'GET', headers: bearer(key) });
   assert.equal(na.status, 405);
   assert.equal(na.headers.get('allow'), 'POST');
   const body = await na.json();

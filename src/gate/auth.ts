@@ -5,6 +5,9 @@ import type { KeyRecord, Scope } from '../store/keys.js';
 import type { StateCache } from './cache.js';
 type Headers = Record<string, string>;
 
+/** How an ephemeral realtime client secret begins: it opens a realtime socket, and nothing else. */
+export const REALTIME_SECRET_PREFIX = 'ek_';
+
 export function invalidKey(message: string): GatewayError {
   return new GatewayError({ status: 401, code: 'invalid_api_key', type: 'invalid_request_error', message });
 }
@@ -38,6 +41,9 @@ export async function authenticate(cache: StateCache, headers: Headers): Promise
 
 /** A key presented anywhere (a header, a WebSocket's query, subprotocol or first frame), checked from memory. */
 export async function authenticateKey(cache: StateCache, key: string): Promise<KeyRecord> {
+  if (key.startsWith(REALTIME_SECRET_PREFIX)) {
+    throw invalidKey('This is a realtime client secret (`ek_...`): it only opens a realtime WebSocket (`/v1/realtime`). Call this route with a Tollgate API key (`svc_live_...`).');
+  }
   if (!looksLikeKey(key)) throw invalidKey('Incorrect API key provided: it is not a Tollgate key (they start with `svc_live_`).');
   let rec: KeyRecord | null;
   try {

@@ -24,6 +24,8 @@ export interface MeasureOptions {
   param?: string;
   /** Decodes what the frame counters do not read (WebM, MP4, Ogg Vorbis, …); without it those are refused. */
   ffmpeg?: Ffmpeg | undefined;
+  /** What the length is for: a voice sample is measured to be kept, not billed (adding a voice is free), and a refusal says so. */
+  use?: 'billed' | 'voice_sample';
 }
 
 /** What the frame counters read without ffmpeg, for refusals. */
@@ -58,6 +60,8 @@ export function countFrames(data: Buffer): Counted | undefined {
  */
 export async function measureAudio(data: Buffer, opts: MeasureOptions = {}): Promise<AudioInfo> {
   const param = opts.param ?? 'file';
+  // A voice sample is measured to be kept, not to be billed (adding a voice is free): the error says so.
+  const unusable = opts.use === 'voice_sample' ? 'so it cannot be used as a voice sample' : 'so it cannot be billed';
   if (data.length === 0) throw invalidAudio('The audio file is empty.', param);
   const counted = countFrames(data);
   if (counted && counted.uncovered <= slack(data.length) && counted.seconds > 0) {
@@ -68,7 +72,7 @@ export async function measureAudio(data: Buffer, opts: MeasureOptions = {}): Pro
   }
   const decoded = await opts.ffmpeg.decodedLength(data);
   if (!decoded || !(decoded.seconds > 0)) {
-    throw invalidAudio(`The audio file cannot be decoded, so its length cannot be measured or billed; send ${COUNTED_FORMATS}, M4A or WebM.`, param);
+    throw invalidAudio(`The audio file cannot be decoded, so its length cannot be measured, ${unusable}; send ${COUNTED_FORMATS}, M4A or WebM.`, param);
   }
   return { durationMs: Math.ceil(decoded.seconds * 1000), container: decoded.container, codec: undefined, sampleRate: undefined, channels: undefined, method: 'decoded' };
 }

@@ -4,19 +4,19 @@ import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { Ctx } from '../../server/context.js';
 import { GatewayError, type ErrorCode } from '../../errors.js';
-import { invalidKey } from '../../gate/auth.js';
+import { invalidKey, REALTIME_SECRET_PREFIX } from '../../gate/auth.js';
 import { base62, hashKey } from '../../store/ids.js';
 import type { KeyRecord } from '../../store/keys.js';
 import { compile, parseJson } from '../validate.js';
 import { audioCaps, audioModels, chatOrRealtime } from './realtime/models.js';
 import { RtError } from './realtime/protocol.js';
-import { defaultSession, updatedSession } from './realtime/session-config.js';
+import { betaSessionView, defaultSession, updatedSession } from './realtime/session-config.js';
 
 /** OpenAI's bounds: 10 s to 2 h, 10 minutes when not said. */
 const MIN_S = 10;
 const MAX_S = 7200;
 const DEFAULT_S = 600;
-export const SECRET_PREFIX = 'ek_';
+export const SECRET_PREFIX = REALTIME_SECRET_PREFIX;
 
 const checkBody = compile(Type.Object({
   expires_after: Type.Optional(Type.Object({
@@ -24,6 +24,16 @@ const checkBody = compile(Type.Object({
     seconds: Type.Optional(Type.Integer({ minimum: MIN_S, maximum: MAX_S })),
   }, { additionalProperties: false })),
   session: Type.Optional(Type.Object({}, { additionalProperties: true })),
+}, { additionalProperties: true }));
+
+const BETA_DEFAULT_S = 60;
+const checkBetaBody = compile(Type.Object({
+  client_secret: Type.Optional(Type.Object({
+    expires_after: Type.Optional(Type.Object({
+      anchor: Type.Optional(Type.Literal('created_at')),
+      seconds: Type.Optional(Type.Integer({ minimum: MIN_S, maximum: MAX_S })),
+    }, { additionalProperties: false })),
+  }, { additionalProperties: false })),
 }, { additionalProperties: true }));
 
 /** What a secret opens a session with: its parent key, and the session configuration it was minted with. */
@@ -95,13 +105,16 @@ export function realtimeSecretRoutes(s: Services, secrets: RealtimeSecrets): Rou
         const { value, expiresAt } = await secrets.mint(ctx.key!, session, seconds);
         ctx.json(200, { value, expires_at: expiresAt, session: { ...session, id: `sess_${base62(24)}`, expires_at: expiresAt } });
       } },
-    // The beta's route: the session's fields at the top level, the secret inside it (one minute, as the beta had it).
+    // The beta's route: the beta's flat session fields in and out, the secret inside (one minute unless
+    // `client_secret.expires_after` says otherwise, as the beta had it).
     { method: 'POST', path: '/v1/realtime/sessions', name: 'realtime.sessions', scope: 'llm',
       handler: async (ctx, { body: raw }) => {
-        const b = raw && raw.length > 0 ? parseJson(compile(Type.Object({}, { additionalProperties: true })), raw, ctx.headers['content-type']) as Record<string, unknown> : {};
-        const session = effective(s, b);
-        const { value, expiresAt } = await secrets.mint(ctx.key!, session, 60);
-        ctx.json(200, { ...session, id: `sess_${base62(24)}`, expires_at: expiresAt, client_secret: { value, expires_at: expiresAt } });
+        const b = raw && raw.length > 0 ? parseJson(checkBetaBody, raw, ctx.headers['content-type']) as Record<string, unknown> : {};
+        const { client_secret: secret, ...fields } = b;
+        const seconds = (secret as { expires_after?: { seconds?: number } } | undefined)?.expires_after?.seconds ?? BETA_DEFAULT_S;
+        const session = effective(s, fields);
+        const { value, expiresAt } = await secrets.mint(ctx.key!, session, seconds);
+        ctx.json(200, { ...betaSessionView(session), id: `sess_${base62(24)}`, expires_at: expiresAt, client_secret: { value, expires_at: expiresAt } });
       } },
   ];
 }

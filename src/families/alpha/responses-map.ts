@@ -1,12 +1,37 @@
 // Responses API ⇄ chat completions: the request mapping and the buffered reply mapping (LiteLLM's approach).
 import { randomBytes } from 'node:crypto';
-import { unsupported } from '../validate.js';
+import { rejectAsked, unsupported } from '../validate.js';
 
 export const RESPONSES_REJECTED = ['previous_response_id', 'conversation', 'background', 'prompt_cache_key'] as const;
 
+/**
+ * Responses-only parameters a chat completions upstream has no counterpart for: they would be dropped on
+ * the way, so a value that asks for something is refused (null and false ask for nothing).
+ */
+export const RESPONSES_ONLY = ['prompt', 'max_tool_calls', 'context_management', 'moderation', 'background_options'] as const;
+
 // Fields that the translation consumes; everything else passes to the chat request untouched.
 const CONSUMED = new Set(['input', 'instructions', 'max_output_tokens', 'tools', 'tool_choice', 'text', 'reasoning',
-  'metadata', 'store', 'include', 'truncation', 'stream', 'stream_options', 'model', 'parallel_tool_calls']);
+  'metadata', 'store', 'include', 'truncation', 'stream', 'stream_options', 'model', 'parallel_tool_calls', 'top_logprobs', 'image', 'access_programs',
+  ...RESPONSES_ONLY]);
+
+/** What a Response made from a chat completion cannot carry, refused by name when asked for. */
+function rejectUnmappable(req: Obj): void {
+  rejectAsked(req, RESPONSES_ONLY);
+  if (Array.isArray(req.include) && req.include.length > 0) throw unsupported('include', 'no additional output data is available here');
+  if (req.truncation != null && req.truncation !== 'disabled') throw unsupported('truncation', 'only "disabled" is available here');
+  // Their defaults (`auto` image compression, the Standard access program) are what a chat upstream does anyway.
+  const image = req.image as Obj | null | undefined;
+  if (image?.context_compression != null && image.context_compression !== 'auto') throw unsupported('image.context_compression', 'only "auto" is available here');
+  const access = req.access_programs as Obj | null | undefined;
+  if (access?.cyber != null && access.cyber !== 'standard') throw unsupported('access_programs.cyber', 'only "standard" is available here');
+  if (typeof req.top_logprobs === 'number' && req.top_logprobs > 0) throw unsupported('top_logprobs', 'log probabilities are not returned in responses here');
+  const text = req.text as Obj | null | undefined;
+  if (text?.verbosity != null && text.verbosity !== 'medium') throw unsupported('text.verbosity', 'only "medium" is available here');
+  const reasoning = req.reasoning as Obj | null | undefined;
+  if (reasoning?.summary != null) throw unsupported('reasoning.summary', 'reasoning summaries are not available here');
+  if (reasoning?.generate_summary != null) throw unsupported('reasoning.generate_summary', 'reasoning summaries are not available here');
+}
 
 export function newId(prefix: string): string {
   return `${prefix}_${randomBytes(12).toString('hex')}`;
@@ -26,6 +51,7 @@ function textOf(content: unknown): unknown {
 
 /** Maps a Responses request to a chat completions body; throws 400 for what cannot be honoured. */
 export function toChat(req: Obj, upstreamModel: string): Obj {
+  rejectUnmappable(req);
   const messages: Obj[] = [];
   if (typeof req.instructions === 'string' && req.instructions) messages.push({ role: 'system', content: req.instructions });
   const input = req.input;

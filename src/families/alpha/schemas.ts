@@ -35,7 +35,7 @@ export const ChatRequest = Type.Object({
 export const checkChat = compile(ChatRequest);
 
 /** Parameters whose silent loss would change the output, and that no configured upstream honours. */
-export const CHAT_REJECTED = ['audio', 'prediction', 'web_search_options', 'functions', 'function_call'] as const;
+export const CHAT_REJECTED = ['audio', 'prediction', 'web_search_options', 'functions', 'function_call', 'moderation'] as const;
 
 const PromptText = Type.Union([
   Type.String(), Type.Array(Type.String(), { minItems: 1 }),

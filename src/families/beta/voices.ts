@@ -17,6 +17,7 @@ import { beta } from './family.js';
 import { presetViews } from './presets.js';
 import { measureAudio } from '../../meter/audio.js';
 import { routeUploadBytes } from '../../config.js';
+import { refuseNoiseRemoval, refuseSearchFilters, refuseWithSettings } from './voice-params.js';
 
 function voiceNotFound(id: string): GatewayError {
   return new GatewayError({ status: 404, code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
@@ -59,7 +60,7 @@ async function sampleDurations(s: Services, samples: readonly StoredSample[]): P
   for (const f of samples) {
     let at = 0;
     for await (const c of fileChunks(s.db, f.fileId)) at += c.copy(buf, at);
-    out.push((await measureAudio(buf.subarray(0, at), { param: 'files', ffmpeg: s.ffmpeg })).durationMs / 1000);
+    out.push((await measureAudio(buf.subarray(0, at), { param: 'files', ffmpeg: s.ffmpeg, use: 'voice_sample' })).durationMs / 1000);
   }
   return out;
 }
@@ -99,6 +100,7 @@ async function addVoice(s: Services, ctx: Ctx, stream: Readable): Promise<void> 
     if (stored.length === 0) throw invalid('files', 'validation_error', 'files is required: one or more audio samples of the voice.');
     if (stored.some((f) => f.sizeBytes === 0)) throw invalid('files', 'validation_error', 'a sample in files is empty.');
     const labels = parseLabels(form.field('labels'));
+    refuseNoiseRemoval(form.field('remove_background_noise'));
     const description = form.field('description') ?? null;
     const model = s.models.models.find((m) => m.voiceCloning);
     if (!model) {
@@ -192,9 +194,14 @@ export function voiceRoutes(s: Services): Route[] {
     { method: 'GET', path: '/v1/voices', name: 'beta.voices.list', scope: 'voice',
       handler: async (ctx) => ctx.json(200, { voices: await all(ctx, new URLSearchParams(ctx.query).get('show_legacy') === 'true') }) },
     { method: 'GET', path: '/v2/voices', name: 'beta.voices.search', scope: 'voice',
-      handler: async (ctx) => ctx.json(200, searchVoices(await all(ctx, true), new URLSearchParams(ctx.query))) },
+      handler: async (ctx) => {
+        const q = new URLSearchParams(ctx.query);
+        refuseSearchFilters(q);
+        ctx.json(200, searchVoices(await all(ctx, true), q));
+      } },
     { method: 'GET', path: '/v1/voices/:voice_id', name: 'beta.voices.get', scope: 'voice',
       handler: async (ctx, { params }) => {
+        refuseWithSettings(new URLSearchParams(ctx.query));
         const preset = presetViews(true, presetModels).find((v) => v.voice_id === params.voice_id);
         ctx.json(200, preset ?? clonedVoiceView(await ownVoice(s, ctx, params.voice_id!)));
       } },

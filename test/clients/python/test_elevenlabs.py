@@ -11,10 +11,10 @@ from elevenlabs import ElevenLabs, VoiceSettings
 from elevenlabs.core.api_error import ApiError
 from elevenlabs.errors import UnprocessableEntityError
 
-from conftest import REPO
+from conftest import SPECS
 from elevenlabs_spec import ElevenLabsSpec
 
-SPEC_PATH = REPO.parent / "shared" / "specs" / "elevenlabs-openapi.json"
+SPEC_PATH = SPECS / "elevenlabs-openapi.json"
 
 
 @pytest.fixture(scope="session")

@@ -66,6 +66,8 @@ export function updatedSession(current: Obj, update: Obj, model: Limits, caps: A
   if (u.turn_detection !== undefined) input.turn_detection = u.turn_detection;
   if (u.input_audio_transcription !== undefined) input.transcription = u.input_audio_transcription;
   if (u.voice !== undefined) output.voice = u.voice;
+  if (u.speed !== undefined) output.speed = u.speed;
+  if (u.input_audio_noise_reduction !== undefined) input.noise_reduction = u.input_audio_noise_reduction;
   const beta = u.input_audio_format !== undefined || u.output_audio_format !== undefined;
   if (input.format !== undefined) next.audio.input.format = checkFormat(input.format, beta && u.input_audio_format !== undefined ? 'session.input_audio_format' : 'session.audio.input.format');
   if (output.format !== undefined) next.audio.output.format = checkFormat(output.format, beta && u.output_audio_format !== undefined ? 'session.output_audio_format' : 'session.audio.output.format');
@@ -73,7 +75,7 @@ export function updatedSession(current: Obj, update: Obj, model: Limits, caps: A
   if (input.transcription !== undefined) next.audio.input.transcription = checkTranscription(input.transcription, u.input_audio_transcription !== undefined ? 'session.input_audio_transcription' : 'session.audio.input.transcription', caps);
   if (input.noise_reduction !== undefined && input.noise_reduction !== null) {
     // Noise reduction would change what is heard: refused rather than ignored.
-    throw new RtError('unsupported_parameter', 'session.audio.input.noise_reduction', 'Input noise reduction is not available here; set it to null.');
+    throw new RtError('unsupported_parameter', u.input_audio_noise_reduction !== undefined ? 'session.input_audio_noise_reduction' : 'session.audio.input.noise_reduction', 'Input noise reduction is not available here; set it to null.');
   }
   if (output.voice !== undefined) {
     if (typeof output.voice !== 'string' || !OPENAI_VOICES.includes(output.voice)) {
@@ -82,7 +84,7 @@ export function updatedSession(current: Obj, update: Obj, model: Limits, caps: A
     next.audio.output.voice = output.voice;
   }
   if (output.speed !== undefined) {
-    if (typeof output.speed !== 'number' || !(output.speed >= 0.25 && output.speed <= 4)) throw new RtError('invalid_value', 'session.audio.output.speed', 'speed must be a number from 0.25 to 4.');
+    if (typeof output.speed !== 'number' || !(output.speed >= 0.25 && output.speed <= 4)) throw new RtError('invalid_value', u.speed !== undefined ? 'session.speed' : 'session.audio.output.speed', 'speed must be a number from 0.25 to 4.');
     next.audio.output.speed = output.speed;
   }
   if (u.output_modalities !== undefined) next.output_modalities = checkModalities(u.output_modalities, 'session.output_modalities', caps);
@@ -95,11 +97,35 @@ export function updatedSession(current: Obj, update: Obj, model: Limits, caps: A
   if (u.tool_choice !== undefined) next.tool_choice = u.tool_choice;
   // Everything else is kept and echoed (temperature, tracing, truncation, prompt, include...).
   const handled = new Set(['type', 'model', 'modalities', 'max_response_output_tokens', 'audio', 'input_audio_format', 'output_audio_format', 'turn_detection',
-    'input_audio_transcription', 'voice', 'output_modalities', 'instructions', 'max_output_tokens', 'tools', 'tool_choice']);
+    'input_audio_transcription', 'voice', 'speed', 'input_audio_noise_reduction', 'output_modalities', 'instructions', 'max_output_tokens', 'tools', 'tool_choice']);
   for (const [k, v] of Object.entries(u)) if (!handled.has(k) && v !== undefined && k !== 'id' && k !== 'object') next[k] = v;
   return next;
 }
 
+/**
+ * A session in the beta's flat shape (`modalities`, `input_audio_format`, `voice`...), as OpenAI's
+ * beta-era `POST /v1/realtime/sessions` answered (its RealtimeSessionCreateResponse): audio output
+ * was `["audio", "text"]` there, PCM was `pcm16`.
+ */
+export function betaSessionView(session: Obj): Obj {
+  const audio = session.audio as { input: Obj; output: Obj };
+  const pcm = (f: unknown): string => ((f as Obj | null)?.type === 'audio/pcm' ? 'pcm16' : String((f as Obj | null)?.type));
+  const { type: _type, output_modalities: modalities, audio: _audio, max_output_tokens: maxOutput, truncation: _t, prompt: _p, include: _i, ...rest } = session;
+  return {
+    ...rest,
+    object: 'realtime.session',
+    modalities: (modalities as string[]).includes('audio') ? ['audio', 'text'] : ['text'],
+    voice: audio.output.voice,
+    speed: audio.output.speed,
+    input_audio_format: pcm(audio.input.format),
+    output_audio_format: pcm(audio.output.format),
+    input_audio_transcription: audio.input.transcription,
+    input_audio_noise_reduction: audio.input.noise_reduction,
+    turn_detection: audio.input.turn_detection,
+    max_response_output_tokens: maxOutput,
+    temperature: session.temperature ?? 0.8,
+  };
+}
 
 /** ["text"] or ["audio"] (audio carries its transcript); audio only where a speech model is configured. */
 export function checkModalities(m: unknown, param: string, caps: AudioCaps): string[] {
