@@ -33,6 +33,12 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
       message: 'pronunciation_dictionary_locators are not supported: this gateway has no pronunciation dictionaries.',
       detail: [{ loc: ['body', 'pronunciation_dictionary_locators'], msg: 'pronunciation dictionaries are not supported', type: 'unsupported_parameter' }] });
   }
+  if ((req as Record<string, unknown>).audio_effects != null) {
+    // Effects would change the audio, and no upstream of the contract applies them: refused, not dropped.
+    throw new GatewayError({ status: 422, code: 'unsupported_parameter', param: 'audio_effects',
+      message: 'audio_effects are not supported: no upstream of this gateway applies audio effects.',
+      detail: [{ loc: ['body', 'audio_effects'], msg: 'audio effects are not supported', type: 'unsupported_parameter' }] });
+  }
   const target = await speechTarget(s, ctx.key!.accountId, voiceId, req.model_id, preset);
   // Refused here, before anything is held, when the voice's model cannot honour one (voice_settings included).
   const extra = speechParams(s.models.models, target.model, req);
