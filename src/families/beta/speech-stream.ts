@@ -284,6 +284,15 @@ export class Generations {
 }
 
 /**
+ * Ends a session whose key was revoked (the change feed shows it within about a second): the family's
+ * error message (`{message, error, code}`), then the 1008 close with the error's code as its reason.
+ * Generations not yet started do not run; the one under way is billed (it was produced).
+ */
+export function stopSession(socket: SessionSocket, e: GatewayError): void {
+  void socket.send(JSON.stringify({ message: e.message, error: e.code, code: POLICY })).then(() => socket.close(POLICY, e.code));
+}
+
+/**
  * Refuses a session whose `output_format` was refused (StreamOptions.formatError): the whole reason in a
  * message (a close reason holds 123 bytes), then the family's 1008 close. True when it refused.
  */
