@@ -77,6 +77,9 @@ for (const [store, opts] of [['PostgreSQL + Redis', { store: 'postgres', redis: 
     assert.equal(await spentBecomes(gw, account, before, ran), ran);
 
     await gw.cli('key', 'revoke', prefix);
+    const revokedAt = Date.now();
+    const closedAt = await Promise.all([cascade, relayed, single.s, multi.s].map((s) => closedWithin(s, ENDS_WITHIN_MS).then(() => Date.now())));
+    t.diagnostic(`sessions closed ${closedAt.map((x) => x - revokedAt).join(', ')} ms after the CLI's revocation returned`);
     for (const s of [cascade, relayed]) {
       const close = await closedWithin(s, ENDS_WITHIN_MS);
       assert.equal(close?.code, 1008, 'closed by the gateway with 1008 (policy), without the client doing anything');

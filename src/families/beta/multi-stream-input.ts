@@ -5,7 +5,7 @@ import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
+  changesFirst, checkFirstFrame, checkFrameKey, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
   voiceOfFrame, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 
@@ -91,7 +91,8 @@ class MultiStreamInput implements SessionHandler {
     this.arm();
     if (!this.started) {
       try {
-        if (!this.key) {
+        if (this.key) checkFrameKey(this.key, m);
+        else {
           this.key = await keyOfFrame(this.s, m);
           this.session = await openSpeechSession(this.s, this.key, this.socket.id, this.o, REASON);
           this.follow();

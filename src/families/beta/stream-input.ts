@@ -4,7 +4,7 @@ import { GatewayError } from '../../errors.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
+  changesFirst, checkFirstFrame, checkFrameKey, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
   voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 
@@ -86,7 +86,8 @@ class StreamInput implements SessionHandler {
   /** The first frame: `{"text": " ", voice_settings, generation_config, xi_api_key}`. */
   private async first(m: Record<string, unknown>): Promise<void> {
     try {
-      if (!this.key) {
+      if (this.key) checkFrameKey(this.key, m);
+      else {
         this.key = await keyOfFrame(this.s, m);
         this.session = await openSpeechSession(this.s, this.key, this.socket.id, this.o, REASON);
         this.follow();
