@@ -65,7 +65,7 @@ export class StateCache implements SettleListener {
     return lookup;
   }
 
-  /** A store lookup of something not in memory may be made now (keys and secrets share the budget); counted. */
+  /** A store lookup of a key not in memory may be made now (MISS_LOOKUPS_PER_SEC); counted. */
   private takeMiss(): boolean {
     const now = Date.now();
     const b = this.missBudget;
