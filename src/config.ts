@@ -102,6 +102,7 @@ export const ConfigSchema = Type.Object({
   realtime: Type.Object({
     transcription_model: Type.Optional(Type.String({ minLength: 1, description: 'the stt model that transcribes a realtime session\'s committed input audio (default: the first stt model)' })),
     speech_model: Type.Optional(Type.String({ minLength: 1, description: 'the tts model that speaks a realtime session\'s audio output (default: the first tts model that does not clone voices)' })),
+    idle_timeout_s: Type.Integer({ minimum: 1, maximum: 86_400, default: 600, description: 'a realtime session with no client event and no response under way for this long gets an error event and is closed (1008)' }),
   }, { additionalProperties: false, default: {} }),
   payments: Type.Object({
     // Required in a config file (checked below): only the embedded default falls back to the sandbox.
@@ -188,7 +189,7 @@ export interface Config {
   models: ModelConfig[];
   batches: { concurrency: number; pollMs: number; leaseMs: number; maxFileBytes: number };
   /** The models a realtime session's audio goes through (ids; undefined: no such model is configured, audio is refused). */
-  realtime: { transcriptionModel: string | undefined; speechModel: string | undefined };
+  realtime: { transcriptionModel: string | undefined; speechModel: string | undefined; idleTimeoutMs: number };
   demo: { credit: Nanodollars; email: string };
   payments: {
     provider: 'sandbox' | 'stripe'; secretKey: string | undefined; webhookSecret: string; apiBase: string | undefined; currency: string;
@@ -310,7 +311,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     if (!m || m.kind !== kind) fail(`/realtime/${field}`, `no ${kind} model named "${name}"`);
     return m!.id;
   };
-  const realtime = { transcriptionModel: realtimeModel('transcription_model', 'stt'), speechModel: realtimeModel('speech_model', 'tts') };
+  const realtime = { transcriptionModel: realtimeModel('transcription_model', 'stt'), speechModel: realtimeModel('speech_model', 'tts'), idleTimeoutMs: c.realtime.idle_timeout_s * 1000 };
   const [host, portText] = splitHostPort(c.listen);
   const databaseUrl = c.database ? env[c.database.url_env] : undefined;
   if (c.database && !databaseUrl) fail('/database/url_env', `environment variable ${c.database.url_env} is not set`);

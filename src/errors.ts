@@ -18,7 +18,9 @@ export type ErrorCode =
   // payments
   | 'payment_provider_error' | 'invalid_signature' | 'invalid_event'
   // the gateway
-  | 'shutting_down' | 'limits_unavailable' | 'store_unavailable' | 'internal_error' | 'client_closed';
+  | 'shutting_down' | 'limits_unavailable' | 'store_unavailable' | 'internal_error' | 'client_closed'
+  // a session (WebSocket)
+  | 'session_idle_timeout';
 
 /** Renders an error into the body its clients expect: each family has one, used in exactly one place (the response). */
 export interface ErrorRenderer {

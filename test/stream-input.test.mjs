@@ -370,3 +370,24 @@ test('opus generations on one socket are one Ogg Opus stream: one BOS page, one 
   for (const d of [p.duration, p.decodedSeconds]) assert.ok(d >= sum - 0.001 && d <= sum + 0.027 * texts.length + 0.0066, `${d} s for ${sum} s of speech`);
   await assertInvariants(assert, gw, account);
 });
+
+test('a first frame carrying a key other than the upgrade\'s is two credentials: closed with 1008 invalid_api_key, nothing spoken or billed; the same key again is one', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const { key: other, account: otherAccount } = await gw.account('1');
+  const before = [await balanceNano(gw, account), await balanceNano(gw, otherAccount)];
+  const s = await connect(wsUrl(gw, 'output_format=pcm_16000&model_id=sim-tts'), { 'xi-api-key': key });
+  assert.ok(s.ws, JSON.stringify(s.refused));
+  s.ws.send(JSON.stringify({ text: ' ', xi_api_key: other }));
+  s.ws.send(JSON.stringify({ text: 'This must not be spoken on either account. ', flush: true }));
+  const { code, reason } = await s.closed;
+  assert.equal(code, 1008);
+  assert.match(reason + JSON.stringify(s.frames), /invalid_api_key/);
+  assert.equal(s.frames.filter((f) => typeof f.audio === 'string').length, 0);
+  const same = await connect(wsUrl(gw, 'output_format=pcm_16000&model_id=sim-tts'), { 'xi-api-key': key });
+  same.ws.send(JSON.stringify({ text: ' ', xi_api_key: key }));
+  same.ws.send(JSON.stringify({ text: '' }));
+  assert.equal((await same.closed).code, 1000);
+  assert.deepEqual([await balanceNano(gw, account), await balanceNano(gw, otherAccount)], before);
+  await assertInvariants(assert, gw, account);
+});

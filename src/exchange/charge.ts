@@ -1,5 +1,7 @@
 // A Charge: the worst case held at admission, then the priced usage settled durably (once, or in parts), or released.
 import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
+import { invalidKey } from '../gate/auth.js';
+import type { GatewayError } from '../errors.js';
 import type { PendingDebit } from '../gate/limits/types.js';
 import type { KeyRecord } from '../store/keys.js';
 import { base62 } from '../store/ids.js';
@@ -45,6 +47,7 @@ export class Charge {
   private progressSeq: number | undefined;
   private recorded = false;
   private state: 'open' | 'settled' | 'released' = 'open';
+  private unwatch: (() => void) | null = null;
 
   private constructor(private readonly d: ChargeDeps, private readonly spec: ChargeSpec, private readonly hold: Hold,
     /** Unique per attempt: tells a retried settle of this debit from a client reusing its request id. */
@@ -112,7 +115,7 @@ export class Charge {
       else await this.hold.shrink(covered);
       return { cost };
     }
-    if (final) this.state = 'settled';
+    if (final) { this.state = 'settled'; this.endWatch(); }
     const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq);
     const { debit } = this.debit(entry, opts.seq);
     try {
@@ -138,8 +141,33 @@ export class Charge {
     await this.hold.extend(amount, opts);
   }
 
+  /**
+   * Stops a session when its credential ends: `stop` is called once, with the 401 a new upgrade would
+   * get, when the change feed shows the key revoked (within about a second: cache.ts polls it), or at
+   * `expiresAt` (ms: an ephemeral client secret's expiry). The watch ends with the charge.
+   */
+  watch(stop: (e: GatewayError) => void, expiresAt?: number, expired = 'The credential of this session has expired.'): void {
+    if (this.state !== 'open' || this.unwatch) return;
+    let done = false;
+    const once = (e: GatewayError) => { if (done || this.state !== 'open') return; done = true; this.endWatch(); stop(e); };
+    const off = this.d.admission.cache.watchKey(this.spec.key.id, (rec) => once(invalidKey(`The API key ${rec.prefix}... has been revoked.`)));
+    let timer: NodeJS.Timeout | undefined;
+    if (expiresAt !== undefined) {
+      // setTimeout holds at most ~24.8 days; a secret lives two hours at most.
+      timer = setTimeout(() => once(invalidKey(expired)), Math.max(0, Math.min(expiresAt - Date.now(), 2 ** 31 - 1)));
+      timer.unref();
+    }
+    this.unwatch = () => { off(); clearTimeout(timer); };
+  }
+
+  private endWatch(): void {
+    this.unwatch?.();
+    this.unwatch = null;
+  }
+
   /** Frees the hold: nothing billed (a failed request). */
   async release(): Promise<void> {
+    this.endWatch();
     if (this.state !== 'open') return;
     this.state = 'released';
     await this.hold.release();

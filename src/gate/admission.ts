@@ -2,6 +2,7 @@
 import { GatewayError, limitsUnavailable, storeUnavailable } from '../errors.js';
 import type { KeyRecord } from '../store/keys.js';
 import type { StateCache } from './cache.js';
+import { invalidKey } from './auth.js';
 import type { AdmitOutcome, ExtendOutcome, Limiter, PendingDebit } from './limits/types.js';
 import type { Metrics } from '../observe/metrics.js';
 
@@ -187,11 +188,16 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
     },
     extend: async (more, opts = {}) => {
       if (!open) throw new Error(`hold ${holdId} is closed`);
-      const { balance, spent } = await moneyState(d, key);
+      // The key as it is now, not as it was when the session opened: a revocation, a lowered ceiling
+      // or rpm the change feed has brought applies to the session's next part.
+      const now = d.cache.keyById(key.id) ?? key;
+      if (now.revokedAt) throw invalidKey(`The API key ${now.prefix}... has been revoked.`);
+      const { balance, spent } = await moneyState(d, now);
+      const nowRpm = effectiveLimits(now, d).rpm;
       let r: ExtendOutcome;
       try {
-        r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
-          ...(opts.countsAsRequest ? { rpm } : {}) });
+        r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: now.spendLimit, spent, ttlMs: d.holdTtlMs,
+          ...(opts.countsAsRequest ? { rpm: nowRpm } : {}) });
       } catch {
         throw limitsUnavailable();
       }
@@ -199,11 +205,11 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       d.metrics.rejection(r.reason);
       if (r.reason === 'rate_limit_exceeded') {
         throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
-          message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${rpm}. Please try again in ${goDuration(r.retryMs)}.`,
+          message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${nowRpm}. Please try again in ${goDuration(r.retryMs)}.`,
           headers: { 'retry-after': String(Math.max(1, Math.ceil(r.retryMs / 1000))) } });
       }
       if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });
-      throw moneyRefused(key, r.reason);
+      throw moneyRefused(now, r.reason);
     },
   };
 }

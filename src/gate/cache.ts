@@ -1,6 +1,7 @@
-// In-memory mirrors of keys, balances and period spend, kept current by settles and a change-feed poll.
+// In-memory mirrors of keys, realtime client secrets, balances and period spend, kept current by settles and a change-feed poll.
 import type { Db } from '../store/db.js';
 import { allKeys, keyByHash, keysChangedSince, type KeyRecord } from '../store/keys.js';
+import { liveSecrets, secretsChangedSince, type SecretRecord } from '../store/realtime-secrets.js';
 import { accountById, accountsChangedSince, keySpend } from '../store/accounts.js';
 import type { Nanodollars } from '../money.js';
 import { periodStarts } from '../store/periods.js';
@@ -19,6 +20,10 @@ const NEGATIVE_TTL_MS = 1000;
  * no more than that).
  */
 const MISS_LOOKUPS_PER_SEC = 20;
+/** A realtime client secret not in memory waits for a read of the secret feed; those reads start at most this often. */
+const SECRET_REFRESH_MS = 100;
+/** An expired secret stays in memory this long, so that it is refused as expired (not unknown); store/realtime-secrets.ts reads as far back. */
+export const EXPIRED_SECRETS_KEPT_MS = 3_600_000;
 
 export class StateCache implements SettleListener {
   private readonly byHash = new Map<string, KeyRecord>();
@@ -29,6 +34,14 @@ export class StateCache implements SettleListener {
   private keyVersion = 0n;
   private missBudget = { tokens: MISS_LOOKUPS_PER_SEC, at: Date.now() };
   private readonly lookups = new Map<string, Promise<KeyRecord | null>>();
+  /** Realtime client secrets by hash: the live ones, and those expired within EXPIRED_SECRETS_KEPT_MS (dropped at each poll past that). */
+  private readonly secrets = new Map<string, SecretRecord>();
+  private secretVersion = 0n;
+  private nextRefresh: Promise<void> | null = null;
+  private refreshing: Promise<void> = Promise.resolve();
+  private refreshedAt = 0;
+  /** Who follows a key (an open session): told when the feed shows it revoked. */
+  private readonly keyWatchers = new Map<string, Set<(rec: KeyRecord) => void>>();
   /** Store lookups of hashes not in memory (for tests and metrics). */
   missLookups = 0;
   private acctVersion = 0n;
@@ -41,28 +54,102 @@ export class StateCache implements SettleListener {
   async keyForHash(hash: string): Promise<KeyRecord | null> {
     const hit = this.byHash.get(hash);
     if (hit) return hit;
-    const now = Date.now();
     const neg = this.unknown.get(hash);
-    if (neg !== undefined && neg > now) return null;
-    const b = this.missBudget;
-    b.tokens = Math.min(MISS_LOOKUPS_PER_SEC, b.tokens + ((now - b.at) * MISS_LOOKUPS_PER_SEC) / 1000);
-    b.at = now;
+    if (neg !== undefined && neg > Date.now()) return null;
     // Concurrent requests with one new key share one lookup.
     const pending = this.lookups.get(hash);
     if (pending) return pending;
-    if (b.tokens < 1) return null;
-    b.tokens -= 1;
-    this.missLookups++;
+    if (!this.takeMiss()) return null;
     const lookup = this.lookup(hash).finally(() => this.lookups.delete(hash));
     this.lookups.set(hash, lookup);
     return lookup;
   }
 
+  /** A store lookup of a key not in memory may be made now (MISS_LOOKUPS_PER_SEC); counted. */
+  private takeMiss(): boolean {
+    const now = Date.now();
+    const b = this.missBudget;
+    b.tokens = Math.min(MISS_LOOKUPS_PER_SEC, b.tokens + ((now - b.at) * MISS_LOOKUPS_PER_SEC) / 1000);
+    b.at = now;
+    if (b.tokens < 1) return false;
+    b.tokens -= 1;
+    this.missLookups++;
+    return true;
+  }
+
+  /**
+   * A realtime client secret by hash, from memory as keys are: every live secret is mirrored (loaded
+   * at start, then by the change feed), so a made-up one costs no query of its own. A secret minted in
+   * the last moments on another instance may not be here yet: a miss waits for the next read of the
+   * secret feed, which runs at most every SECRET_REFRESH_MS however many misses wait on it (a flood of
+   * made-up secrets costs at most that many statements a second, and remembers nothing).
+   */
+  async secretForHash(hash: string): Promise<SecretRecord | null> {
+    const hit = this.secrets.get(hash);
+    if (hit) return hit;
+    await this.refreshSecrets();
+    return this.secrets.get(hash) ?? null;
+  }
+
+  /** The next read of the secret feed that starts after this call (joined by every miss until it starts). */
+  private refreshSecrets(): Promise<void> {
+    this.nextRefresh ??= (async () => {
+      await this.refreshing;
+      const wait = this.refreshedAt + SECRET_REFRESH_MS - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      this.nextRefresh = null; // a miss from now on needs a read that starts after it
+      this.refreshedAt = Date.now();
+      this.missLookups++;
+      // The store unreachable: the secret is unknown for now (401), as an unknown key is.
+      this.refreshing = this.syncSecrets().catch(() => undefined);
+      await this.refreshing;
+    })();
+    return this.nextRefresh;
+  }
+
+  private async syncSecrets(): Promise<void> {
+    for (const x of await secretsChangedSince(this.db, this.secretVersion)) {
+      if (x.version > this.secretVersion) this.secretVersion = x.version;
+      this.putSecret(x);
+    }
+  }
+
+  /** A secret minted (here, or seen on the feed). */
+  putSecret(rec: SecretRecord): void {
+    if (rec.expiresAt + EXPIRED_SECRETS_KEPT_MS <= Date.now()) return;
+    this.secrets.set(rec.hash, rec);
+  }
+
+  /** The key as the gateway knows it now (a session's key may since have been revoked or had its limits changed). */
+  keyById(id: string): KeyRecord | undefined {
+    return this.byId.get(id);
+  }
+
+  /**
+   * Calls `revoked` when the change feed (or this instance) shows the key revoked; at once (next tick)
+   * when it already is. Returns the function that stops watching.
+   */
+  watchKey(keyId: string, revoked: (rec: KeyRecord) => void): () => void {
+    let set = this.keyWatchers.get(keyId);
+    if (!set) { set = new Set(); this.keyWatchers.set(keyId, set); }
+    set.add(revoked);
+    const now = this.byId.get(keyId);
+    if (now?.revokedAt) queueMicrotask(() => { if (set.has(revoked)) revoked(now); });
+    return () => {
+      set.delete(revoked);
+      if (set.size === 0 && this.keyWatchers.get(keyId) === set) this.keyWatchers.delete(keyId);
+    };
+  }
+
+  private remember(hash: string): void {
+    if (this.unknown.size > 10_000) this.unknown.clear();
+    this.unknown.set(hash, Date.now() + NEGATIVE_TTL_MS);
+  }
+
   private async lookup(hash: string): Promise<KeyRecord | null> {
     const rec = await keyByHash(this.db, hash);
     if (!rec) {
-      if (this.unknown.size > 10_000) this.unknown.clear();
-      this.unknown.set(hash, Date.now() + NEGATIVE_TTL_MS);
+      this.remember(hash);
       return null;
     }
     this.putKey(rec);
@@ -75,6 +162,7 @@ export class StateCache implements SettleListener {
     this.byId.set(rec.id, rec);
     this.byHash.set(rec.hash, rec);
     this.unknown.delete(rec.hash);
+    if (rec.revokedAt && !cur?.revokedAt) for (const w of [...this.keyWatchers.get(rec.id) ?? []]) w(rec);
   }
 
   async balanceOf(accountId: string): Promise<bigint> {
@@ -134,10 +222,12 @@ export class StateCache implements SettleListener {
   /** Loads every key, and starts the change feed at the store's present position. */
   async init(): Promise<void> {
     const res = await this.db.query(`SELECT coalesce((SELECT max(version) FROM api_keys), 0) AS k,
-      coalesce((SELECT max(version) FROM accounts), 0) AS a, coalesce((SELECT max(version) FROM key_spend), 0) AS s`);
+      coalesce((SELECT max(version) FROM accounts), 0) AS a, coalesce((SELECT max(version) FROM key_spend), 0) AS s,
+      coalesce((SELECT max(version) FROM realtime_secrets), 0) AS e`);
     const r = res.rows[0]!;
-    this.keyVersion = r.k as bigint; this.acctVersion = r.a as bigint; this.spendVersion = r.s as bigint;
+    this.keyVersion = r.k as bigint; this.acctVersion = r.a as bigint; this.spendVersion = r.s as bigint; this.secretVersion = r.e as bigint;
     for (const k of await allKeys(this.db)) this.putKey(k);
+    for (const x of await liveSecrets(this.db)) this.putSecret(x);
   }
 
   /** Polls the change feed so revocations, limit changes, credits and other instances' spend show within a second. */
@@ -160,6 +250,9 @@ export class StateCache implements SettleListener {
       if (rec.version > this.keyVersion) this.keyVersion = rec.version;
       this.putKey(rec);
     }
+    await this.syncSecrets();
+    const now = Date.now();
+    for (const [h, x] of this.secrets) if (x.expiresAt + EXPIRED_SECRETS_KEPT_MS <= now) this.secrets.delete(h);
     for (const a of await accountsChangedSince(this.db, this.acctVersion)) {
       if (a.version > this.acctVersion) this.acctVersion = a.version;
       if (this.balances.has(a.id)) this.balance(a.id, a.balance, a.version);

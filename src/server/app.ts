@@ -3,7 +3,7 @@ import uWS from '@trufflesuite/uws-js-unofficial';
 import type { Config } from '../config.js';
 import { GatewayError, internalError, notFound, type ErrorRenderer } from '../errors.js';
 import type { StateCache } from '../gate/cache.js';
-import { authenticate, authenticateKey, invalidKey, presentedKey, requireScope } from '../gate/auth.js';
+import { authenticate, authenticateKey, invalidKey, requireScope } from '../gate/auth.js';
 import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
 import type { Metrics } from '../observe/metrics.js';
 import { log, requestLoggingEnabled } from '../observe/log.js';
@@ -11,7 +11,7 @@ import { base62, newId } from '../store/ids.js';
 import { Ctx } from './context.js';
 import { readBody, streamBody, type BodyStream } from './body.js';
 import { Router, methodNotAllowed, type Match, type Mount } from './router.js';
-import { Session, refuseUpgrade, socketKey, type UpgradeRequest } from './ws.js';
+import { Session, refuseUpgrade, transportFrameLimit, upgradeKey, type UpgradeRequest } from './ws.js';
 import type { KeyRecord } from '../store/keys.js';
 
 /** What the front end needs of the stages: keys to authenticate, admission for unbilled requests, metrics. */
@@ -46,7 +46,7 @@ export class Gateway {
     const app = uWS.App();
     // Upgrade requests on a WebSocket route's path reach the socket handler; any other request falls through to the HTTP routes.
     app.ws<{ session: Session }>('/*', {
-      maxPayloadLength: this.router.maxSocketMessage,
+      maxPayloadLength: transportFrameLimit(this.router.maxSocketMessage), // each route's own limit closes with 1009 below
       idleTimeout: 120,
       sendPingsAutomatically: true,
       maxBackpressure: 64 * 1024 * 1024, // sessions wait for the drain long before this (ws.ts)
@@ -192,7 +192,7 @@ export class Gateway {
       try {
         if (this.draining) throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This instance is shutting down; retry.' });
         if (headerBytes > MAX_HEADER_BYTES) throw new GatewayError({ status: 431, code: 'headers_too_large', message: `The request's headers are larger than ${MAX_HEADER_BYTES} bytes.` });
-        const presented = presentedKey(headers) ?? socketKey(route, up);
+        const presented = upgradeKey(route, up);
         let key: KeyRecord | null = null;
         if (presented !== null) key = (await route.authenticate?.(presented)) ?? await authenticateKey(this.s.cache, presented);
         else if (!route.keyInFirstFrame) throw invalidKey('No API key provided. Send it as `Authorization: Bearer svc_live_...` or in the `xi-api-key` header.');

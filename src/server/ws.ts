@@ -4,6 +4,7 @@ import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
 import type { KeyRecord, Scope } from '../store/keys.js';
 import { newId } from '../store/ids.js';
 import { log } from '../observe/log.js';
+import { invalidKey, presentedKey } from '../gate/auth.js';
 
 /** What an upgrade request carries, read synchronously before anything is awaited. */
 export interface UpgradeRequest {
@@ -67,8 +68,10 @@ const BACKPRESSURE_BYTES = 256 * 1024;
 export class Session implements SessionSocket {
   readonly id = newId('sess');
   closed = false;
-  ws: uWS.WebSocket<SessionData> | null = null;
   handler: SessionHandler | null = null;
+  private socket: uWS.WebSocket<SessionData> | null = null;
+  /** A close asked for before the socket opened (a session stopped during its upgrade): done once it opens. */
+  private closeOnOpen: [number, string] | null = null;
   private drainWaiters: (() => void)[] = [];
   private queue: Promise<void> = Promise.resolve();
 
@@ -83,7 +86,16 @@ export class Session implements SessionSocket {
     }
   }
 
+  get ws(): uWS.WebSocket<SessionData> | null { return this.socket; }
+  set ws(w: uWS.WebSocket<SessionData> | null) {
+    this.socket = w;
+    const pending = this.closeOnOpen;
+    this.closeOnOpen = null;
+    if (w && pending) queueMicrotask(() => this.close(...pending));
+  }
+
   close(code: number, reason = ''): void {
+    if (!this.closed && !this.ws) { this.closeOnOpen = [code, reason]; return; }
     if (this.closed || !this.ws) return;
     // The protocol allows 123 bytes of reason.
     let r = Buffer.from(reason);
@@ -127,15 +139,43 @@ export function refuseUpgrade(res: uWS.HttpResponse, err: GatewayError, family: 
   });
 }
 
-/** Reads a key from the places a socket route allows besides the headers (query, subprotocol). */
+// ---- Credentials and frame sizes of an upgrade (issue 23) ----
+
+/** Reads a key from the places a socket route allows besides the headers (query, subprotocol); two different ones are refused (401). */
 export function socketKey(route: SocketRoute, req: UpgradeRequest): string | null {
+  const found: string[] = [];
   for (const q of route.keyFrom?.query ?? []) {
-    const v = req.query.get(q);
-    if (v) return v.replace(/^Bearer\s+/i, '').trim();
+    for (const v of req.query.getAll(q)) if (v) found.push(v.replace(/^Bearer\s+/i, '').trim());
   }
   for (const prefix of route.keyFrom?.protocolPrefixes ?? []) {
-    const p = req.protocols.find((x) => x.startsWith(prefix));
-    if (p) return p.slice(prefix.length);
+    for (const p of req.protocols) if (p.startsWith(prefix)) found.push(p.slice(prefix.length));
   }
-  return null;
+  if (new Set(found).size > 1) throw invalidKey('The upgrade carries more than one key (in its query or subprotocols); send exactly one.');
+  return found[0] ?? null;
+}
+
+/**
+ * The one credential an upgrade presents: from the headers (Authorization, xi-api-key) or from where
+ * the route also allows one. Two different credentials (a bearer key and a client secret in the
+ * subprotocol, say) are refused with 401, as an HTTP request with two keys is: billing either one
+ * would be a guess. The same key twice is one credential.
+ */
+export function upgradeKey(route: SocketRoute, req: UpgradeRequest): string | null {
+  const header = presentedKey(req.headers);
+  const other = socketKey(route, req);
+  if (header !== null && other !== null && header !== other) {
+    throw invalidKey('The upgrade carries two different credentials (a header and its query or subprotocol); send exactly one.');
+  }
+  return header ?? other;
+}
+
+/**
+ * The frame size uWS itself enforces, above every route's own limit: past its limit uWS drops the
+ * connection without a close frame (the client sees 1006), so it is set to twice the largest route's
+ * limit and a frame between a route's limit and that is closed by the gateway with 1009 (message too
+ * big, RFC 6455 7.4.1). A frame past twice the limit is still dropped by uWS (1006): buffering it to
+ * say 1009 would let one client make the gateway hold any amount of memory.
+ */
+export function transportFrameLimit(largestRouteLimit: number): number {
+  return 2 * largestRouteLimit;
 }

@@ -65,6 +65,7 @@ export async function startGateway(t, options = {}) {
       limits: options.limits ?? {},
       ...(options.batches ? { batches: options.batches } : {}),
       ...(options.voices ? { voices: options.voices } : {}),
+      ...(options.realtime ? { realtime: options.realtime } : {}),
       payments: options.payments ?? { provider: 'sandbox', allow_sandbox: true },
       ...(options.publicUrl ? { public_url: options.publicUrl } : {}),
       ...(options.workers ? { workers: options.workers } : {}),

@@ -12,6 +12,7 @@ import type { WebSocket } from '../../proxy/ws-upstream.js';
 import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../meter/realtime-usage.js';
 import { checkClientEvent, rewriteSessionModel, type Obj } from './realtime-passthrough-events.js';
 import { eventOf } from './realtime/protocol.js';
+import { IdleLimit } from './realtime/idle.js';
 
 const rid = (prefix: string): string => `${prefix}_${base62(16)}`;
 
@@ -57,9 +58,14 @@ export class Passthrough implements SessionHandler {
   private sessionMaxOut: unknown = 'inf';
   private liveEmpty: (() => void)[] = [];
   private finishing: Promise<void> | null = null;
+  /** Stopped by the gateway (key revoked, secret expired, idle), not dropped by the client. */
+  private stopped = false;
+  private readonly idle: IdleLimit;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly model: ModelConfig,
-    private readonly charge: Charge, private readonly up: WebSocket) {
+    private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number) {
+    this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.live.size > 0 || this.pending.length > 0, (e) => this.stop(e));
+    charge.watch((e) => this.stop(e), expiresAt, 'The realtime client secret of this session has expired; the session is closed (mint a new secret to open another).');
     // The upstream greets at once (session.created), before the client's socket is open: its frames wait for it.
     this.chain = new Promise<void>((resolve) => { this.openedNow = resolve; });
     up.on('message', (data, isBinary) => {
@@ -82,6 +88,19 @@ export class Passthrough implements SessionHandler {
 
   opened(): void { this.openedNow(); }
 
+  /**
+   * The key was revoked, the client secret expired, or the session sat idle: the client gets an
+   * `error` event saying why and the socket closes with 1008; responses under way are cancelled
+   * upstream and billed what the upstream reports for them (closed() → finish()).
+   */
+  stop(e: GatewayError): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.stopped = true;
+    this.idle.stop();
+    void this.error(e.code, e.message, null, null, e.type).then(() => this.socket.close(POLICY, e.code));
+  }
+
   private emit(ev: Obj): Promise<void> {
     return this.socket.send(JSON.stringify({ event_id: rid('event'), ...ev }));
   }
@@ -98,6 +117,7 @@ export class Passthrough implements SessionHandler {
   /** A client frame: checked where billing or the model is at stake, then passed on as sent (or with its model name rewritten). */
   async message(data: Buffer, isBinary: boolean): Promise<void> {
     if (this.ended || this.upstreamGone) return;
+    this.idle.touch();
     const m = eventOf(data, isBinary);
     if (!m) return this.error('invalid_json', 'The event is not a JSON object (send JSON text frames); the session goes on.');
     const refused = checkClientEvent(m, this.model, (name) => this.s.models.find(name)?.id === this.model.id);
@@ -305,13 +325,15 @@ export class Passthrough implements SessionHandler {
 
   async closed(): Promise<void> {
     this.ended = true;
-    this.dropped = true;
+    this.idle.stop();
+    this.dropped = !this.stopped;
     // A dropped client: responses under way are cancelled upstream and billed what the upstream reports for them.
     await this.finish(true, CANCEL_WAIT_MS);
   }
 
   async shutdown(): Promise<void> {
     this.ended = true;
+    this.idle.stop();
     // Responses under way finish and are billed, then the client hears 1001 (going away).
     await this.finish(false, SHUTDOWN_WAIT_MS);
     this.end(GOING_AWAY, 'the gateway is shutting down');

@@ -13,9 +13,11 @@ import { alpha } from './family.js';
 /**
  * Opens a pass-through session: admitted (balance, ceiling, rpm, its concurrency slot) with nothing
  * held, then the upstream socket; an upstream that refuses or cannot be reached refuses the upgrade.
- * `minted` is a client secret's session configuration, sent to the upstream as a first session.update.
+ * `minted` is a client secret's session configuration, sent to the upstream as a first session.update;
+ * `expiresAt` its expiry (ms), when the session ends.
  */
-export async function openPassthrough(s: Services, req: UpgradeRequest, key: KeyRecord, socket: SessionSocket, model: ModelConfig, minted: Obj | undefined): Promise<SessionHandler> {
+export async function openPassthrough(s: Services, req: UpgradeRequest, key: KeyRecord, socket: SessionSocket, model: ModelConfig, minted: Obj | undefined,
+  expiresAt?: number): Promise<SessionHandler> {
   let first: Obj | null = null;
   if (minted) {
     const session: Obj = { ...minted, model: undefined, id: undefined, object: undefined, expires_at: undefined };
@@ -36,6 +38,6 @@ export async function openPassthrough(s: Services, req: UpgradeRequest, key: Key
     throw e;
   }
   if (first) up.send(JSON.stringify(first));
-  return new Passthrough(s, socket, model, charge, up);
+  return new Passthrough(s, socket, model, charge, up, expiresAt);
 }
 

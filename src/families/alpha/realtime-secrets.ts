@@ -7,6 +7,7 @@ import { GatewayError, type ErrorCode } from '../../errors.js';
 import { invalidKey, REALTIME_SECRET_PREFIX } from '../../gate/auth.js';
 import { base62, hashKey } from '../../store/ids.js';
 import type { KeyRecord } from '../../store/keys.js';
+import { insertSecret, secretSession } from '../../store/realtime-secrets.js';
 import { compile, parseJson } from '../validate.js';
 import { audioCaps, audioModels, chatOrRealtime } from './realtime/models.js';
 import { RtError } from './realtime/protocol.js';
@@ -17,6 +18,7 @@ const MIN_S = 10;
 const MAX_S = 7200;
 const DEFAULT_S = 600;
 export const SECRET_PREFIX = REALTIME_SECRET_PREFIX;
+export const EXPIRED = 'The realtime client secret has expired; mint a new one with POST /v1/realtime/client_secrets.';
 
 const checkBody = compile(Type.Object({
   expires_after: Type.Optional(Type.Object({
@@ -36,8 +38,8 @@ const checkBetaBody = compile(Type.Object({
   }, { additionalProperties: false })),
 }, { additionalProperties: true }));
 
-/** What a secret opens a session with: its parent key, and the session configuration it was minted with. */
-export interface SecretGrant { key: KeyRecord; session: Record<string, unknown> }
+/** What a secret opens a session with: its parent key, the session configuration it was minted with, and when it expires (ms). */
+export interface SecretGrant { key: KeyRecord; session: Record<string, unknown>; expiresAt: number }
 
 export class RealtimeSecrets {
   constructor(private readonly s: Services) {}
@@ -46,27 +48,29 @@ export class RealtimeSecrets {
   async mint(key: KeyRecord, session: Record<string, unknown>, seconds: number): Promise<{ value: string; expiresAt: number }> {
     const value = SECRET_PREFIX + base62(40);
     const expiresAt = Math.floor(Date.now() / 1000) + seconds;
-    await this.s.db.query('INSERT INTO realtime_secrets (secret_hash, key_id, session, expires_at) VALUES ($1, $2, $3, $4)',
-      [hashKey(value), key.id, JSON.stringify(session), new Date(expiresAt * 1000)]);
+    const rec = await insertSecret(this.s.db, { hash: hashKey(value), keyId: key.id, session: JSON.stringify(session), expiresAt: new Date(expiresAt * 1000) });
+    // Usable on this instance at once; the others see it on their change feed.
+    this.s.cache.putSecret(rec);
     return { value, expiresAt };
   }
 
   /**
    * The grant of a presented secret; null when it is not a secret at all (then it is read as a key).
-   * Unknown, expired, or of a revoked key: 401, as a bad key is.
+   * Unknown, expired, or of a revoked key: 401, as a bad key is. Answered from memory (the cache
+   * mirrors live secrets as it mirrors keys): only a live secret's session configuration is read.
    */
   async grant(presented: string): Promise<SecretGrant | null> {
     if (!presented.startsWith(SECRET_PREFIX)) return null;
-    const r = await this.s.db.query<{ key_hash: string; session: string; live: boolean }>(
-      `SELECT k.key_hash, s.session, s.expires_at > now() AS live FROM realtime_secrets s JOIN api_keys k ON k.id = s.key_id
-       WHERE s.secret_hash = $1`, [hashKey(presented)]);
-    const row = r.rows[0];
-    if (!row) throw invalidKey('Incorrect client secret: it is not a known realtime client secret.');
-    if (!row.live) throw invalidKey('The realtime client secret has expired; mint a new one with POST /v1/realtime/client_secrets.');
+    const hash = hashKey(presented);
+    const rec = await this.s.cache.secretForHash(hash);
+    if (!rec) throw invalidKey('Incorrect client secret: it is not a known realtime client secret (or it expired over an hour ago).');
+    if (rec.expiresAt <= Date.now()) throw invalidKey(EXPIRED);
     // The parent key as the gateway knows it now: a revoked parent revokes its secrets.
-    const key = await this.s.cache.keyForHash(row.key_hash);
+    const key = this.s.cache.keyById(rec.keyId);
     if (!key || key.revokedAt) throw invalidKey('The key that minted this realtime client secret has been revoked.');
-    return { key, session: JSON.parse(row.session) as Record<string, unknown> };
+    const session = await secretSession(this.s.db, hash);
+    if (session === null) throw invalidKey('Incorrect client secret: it is not a known realtime client secret.');
+    return { key, session: JSON.parse(session) as Record<string, unknown>, expiresAt: rec.expiresAt };
   }
 }
 

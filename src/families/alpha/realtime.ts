@@ -4,8 +4,7 @@ import type { ModelConfig } from '../../config.js';
 import { GatewayError } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
 import type { KeyRecord } from '../../store/keys.js';
-import { socketKey, type SocketRoute, type UpgradeRequest } from '../../server/ws.js';
-import { presentedKey } from '../../gate/auth.js';
+import { upgradeKey, type SocketRoute, type UpgradeRequest } from '../../server/ws.js';
 import { audioCaps, audioModels, chatOrRealtime, sessionPrices } from './realtime/models.js';
 import { RtError, type Obj } from './realtime/protocol.js';
 import { defaultSession, updatedSession } from './realtime/session-config.js';
@@ -16,11 +15,16 @@ import { openPassthrough } from './realtime-passthrough.js';
 export const REALTIME_KEY_PROTOCOLS = ['openai-insecure-api-key.', 'alpha-insecure-api-key.'];
 
 /** Authenticates a presented secret that is not a Tollgate key (an ephemeral client secret); null when it is not one. */
-export type SecretAuthenticator = (presented: string) => Promise<{ key: KeyRecord; session: Obj } | null>;
+export type SecretAuthenticator = (presented: string) => Promise<Grant & { key: KeyRecord } | null>;
+/** A client secret's session configuration and expiry (ms): a session it opens ends when it expires. */
+interface Grant { session: Obj; expiresAt: number }
+
+/** What a session opened with an expired secret is told. */
+const SECRET_EXPIRED = 'The realtime client secret of this session has expired; the session is closed (mint a new secret to open another).';
 
 export function realtimeRoute(s: Services, secrets?: SecretAuthenticator): SocketRoute {
   // A secret's grant, from its authentication at the upgrade to the session's accept (the same upgrade).
-  const grants = new Map<string, Obj>();
+  const grants = new Map<string, Grant>();
   const route: SocketRoute = {
     path: '/v1/realtime', name: 'realtime', scope: 'llm',
     maxMessageBytes: 4 * 1024 * 1024,
@@ -28,18 +32,19 @@ export function realtimeRoute(s: Services, secrets?: SecretAuthenticator): Socke
     ...(secrets ? { authenticate: async (presented: string) => {
       const g = await secrets(presented);
       if (!g) return null;
-      grants.set(presented, g.session);
+      grants.set(presented, { session: g.session, expiresAt: g.expiresAt });
       // Read by this upgrade's accept; an upgrade refused before it (scope, shutdown) leaves nothing behind.
       setTimeout(() => grants.delete(presented), 30_000).unref();
       return g.key;
     } } : {}),
     async accept(req, key, socket) {
-      const presented = presentedKey(req.headers) ?? socketKey(route, req);
-      const minted = presented === null ? undefined : grants.get(presented);
+      const presented = upgradeKey(route, req);
+      const grant = presented === null ? undefined : grants.get(presented);
       if (presented !== null) grants.delete(presented);
+      const minted = grant?.session;
       const model = realtimeModel(s, req, minted);
       // A realtime model whose upstream speaks the protocol itself: relayed, not run as a cascade.
-      if (model.passthrough) return openPassthrough(s, req, key!, socket, model, minted);
+      if (model.passthrough) return openPassthrough(s, req, key!, socket, model, minted, grant?.expiresAt);
       const audio = audioModels(s);
       // The session is admitted now (balance, ceiling, rpm, its concurrency slot) with nothing held.
       const charge = await Charge.open(s, { key: key!, id: socket.id, model: { id: model.id, prices: sessionPrices(model, audio) }, reason: 'realtime',
@@ -55,7 +60,7 @@ export function realtimeRoute(s: Services, secrets?: SecretAuthenticator): Socke
           throw e;
         }
       }
-      return new Realtime(s, socket, model, charge, req.headers, session, audio);
+      return new Realtime(s, socket, model, charge, req.headers, session, audio, grant?.expiresAt, SECRET_EXPIRED);
     },
   };
   return route;

@@ -5,7 +5,7 @@ import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, streamOptions, TextBuffer,
+  changesFirst, checkFirstFrame, checkFrameKey, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
   voiceOfFrame, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 import type { GenerationStream } from './produce.js';
@@ -60,6 +60,19 @@ class MultiStreamInput implements SessionHandler {
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
     this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
+    this.follow();
+  }
+
+  /** Once admitted, the session follows its key: revoked, it stops (stopSession). */
+  private follow(): void {
+    this.session?.charge.watch((e) => {
+      if (this.ended) return;
+      this.ended = true;
+      this.generations?.stop();
+      this.disarm();
+      for (const ctx of this.contexts.values()) this.disarmContext(ctx);
+      stopSession(this.socket, e);
+    });
   }
 
   opened(): void {
@@ -81,9 +94,11 @@ class MultiStreamInput implements SessionHandler {
     this.arm();
     if (!this.started) {
       try {
-        if (!this.key) {
+        if (this.key) checkFrameKey(this.key, m);
+        else {
           this.key = await keyOfFrame(this.s, m);
           this.session = await openSpeechSession(this.s, this.key, this.socket.id, this.o, REASON);
+          this.follow();
         }
       } catch (e) {
         if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);

@@ -7,6 +7,7 @@ import { price } from '../../ledger/pricing.js';
 import { SpeechMeter } from '../../meter/synthesis.js';
 import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
+import { hashKey } from '../../store/ids.js';
 import type { SessionSocket, UpgradeRequest } from '../../server/ws.js';
 import { beta } from './family.js';
 import { betaPreset } from './presets.js';
@@ -96,6 +97,19 @@ export async function keyOfFrame(s: Services, m: Record<string, unknown>): Promi
   const key = await authenticateKey(s.cache, given.replace(/^Bearer\s+/i, ''));
   requireScope(key, 'voice');
   return key;
+}
+
+/**
+ * A first frame that carries a key other than the upgrade's: two credentials, refused (401's
+ * `invalid_api_key`, a 1008 close on the socket) as an HTTP request with two keys is. The same key
+ * again is one credential.
+ */
+export function checkFrameKey(key: KeyRecord, m: Record<string, unknown>): void {
+  const given = m.xi_api_key ?? m['xi-api-key'] ?? m.authorization;
+  if (typeof given !== 'string' || given === '') return;
+  if (hashKey(given.replace(/^Bearer\s+/i, '')) !== key.hash) {
+    throw invalidKey('the first message carries a key other than the one the connection was opened with; send exactly one.');
+  }
 }
 
 /** The fields a first frame's `voice_settings` adds to each generation's upstream body (`speed`, `voice_settings`). */
@@ -294,6 +308,15 @@ export class Generations {
     }
     return { ok: true, audio, alignment: align(text, Math.round((pcmBytes / 2 / plan.pcmRate) * 1000)) };
   }
+}
+
+/**
+ * Ends a session whose key was revoked (the change feed shows it within about a second): the family's
+ * error message (`{message, error, code}`), then the 1008 close with the error's code as its reason.
+ * Generations not yet started do not run; the one under way is billed (it was produced).
+ */
+export function stopSession(socket: SessionSocket, e: GatewayError): void {
+  void socket.send(JSON.stringify({ message: e.message, error: e.code, code: POLICY })).then(() => socket.close(POLICY, e.code));
 }
 
 /**

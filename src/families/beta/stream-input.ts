@@ -4,7 +4,7 @@ import { GatewayError } from '../../errors.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, streamOptions, TextBuffer,
+  changesFirst, checkFirstFrame, checkFrameKey, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
   voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 import type { GenerationStream } from './produce.js';
@@ -42,6 +42,18 @@ class StreamInput implements SessionHandler {
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
     this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
+    this.follow();
+  }
+
+  /** Once admitted, the session follows its key: revoked, it stops (stopSession). */
+  private follow(): void {
+    this.session?.charge.watch((e) => {
+      if (this.ended) return;
+      this.ended = true;
+      this.generations?.stop();
+      this.disarm();
+      stopSession(this.socket, e);
+    });
   }
 
   opened(): void {
@@ -77,9 +89,11 @@ class StreamInput implements SessionHandler {
   /** The first frame: `{"text": " ", voice_settings, generation_config, xi_api_key}`. */
   private async first(m: Record<string, unknown>): Promise<void> {
     try {
-      if (!this.key) {
+      if (this.key) checkFrameKey(this.key, m);
+      else {
         this.key = await keyOfFrame(this.s, m);
         this.session = await openSpeechSession(this.s, this.key, this.socket.id, this.o, REASON);
+        this.follow();
       }
       checkFirstFrame(m);
       this.buffer = new TextBuffer(scheduleOf(m));

@@ -2,6 +2,7 @@
 import type { Services } from '../../../services.js';
 import type { ModelConfig } from '../../../config.js';
 import type { Charge } from '../../../exchange/charge.js';
+import type { GatewayError } from '../../../errors.js';
 import { log } from '../../../observe/log.js';
 import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
 import { AudioTurns } from './audio-turns.js';
@@ -11,7 +12,8 @@ import { audioCaps, type AudioCaps, type AudioModels } from './models.js';
 import { respond } from './response.js';
 import { planResponse } from './response-plan.js';
 import { updatedSession } from './session-config.js';
-import { abortCalls, CLIENT_ALIASES, eventOf, GOING_AWAY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
+import { IdleLimit } from './idle.js';
+import { abortCalls, CLIENT_ALIASES, eventOf, GOING_AWAY, POLICY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
 
 export class Realtime implements SessionHandler, SessionContext {
   session: Obj;
@@ -23,12 +25,29 @@ export class Realtime implements SessionHandler, SessionContext {
   work: Promise<void> = Promise.resolve();
   readonly caps: AudioCaps;
   private readonly turns: AudioTurns;
+  private readonly idle: IdleLimit;
 
+  /** `expiresAt`: the client secret's expiry (ms), when a secret opened the session. */
   constructor(readonly s: Services, readonly socket: SessionSocket, readonly model: ModelConfig,
-    readonly charge: Charge, readonly headers: Record<string, string>, session: Obj, readonly audio: AudioModels) {
+    readonly charge: Charge, readonly headers: Record<string, string>, session: Obj, readonly audio: AudioModels, expiresAt?: number, expired?: string) {
     this.session = session;
     this.caps = audioCaps(s, audio);
     this.turns = new AudioTurns(this);
+    this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.active !== null, (e) => this.stop(e));
+    charge.watch((e) => this.stop(e), expiresAt, expired);
+  }
+
+  /**
+   * The key was revoked, the client secret expired, or the session sat idle: a response under way
+   * stops (billed what it produced, as a cancel is), the client gets an `error` event saying why,
+   * and the socket closes with 1008.
+   */
+  stop(e: GatewayError): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.idle.stop();
+    if (this.active) { this.active.cancelled = true; abortCalls(this.active); }
+    void this.error(e.code, e.message, null, null, e.type).then(() => this.socket.close(POLICY, e.code));
   }
 
   opened(): void {
@@ -45,6 +64,7 @@ export class Realtime implements SessionHandler, SessionContext {
 
   async message(data: Buffer, isBinary: boolean): Promise<void> {
     if (this.ended) return;
+    this.idle.touch();
     const m = eventOf(data, isBinary);
     if (!m) return this.error('invalid_json', 'The event is not a JSON object (send JSON text frames); the session goes on.');
     const type = typeof m.type === 'string' ? (CLIENT_ALIASES[m.type] ?? m.type) : null;
@@ -122,6 +142,7 @@ export class Realtime implements SessionHandler, SessionContext {
 
   async closed(): Promise<void> {
     this.ended = true;
+    this.idle.stop();
     // A response under way stops; what it produced is billed; then the slot is freed.
     if (this.active) { this.active.dropped = true; abortCalls(this.active); }
     await this.work;
@@ -130,6 +151,7 @@ export class Realtime implements SessionHandler, SessionContext {
 
   async shutdown(): Promise<void> {
     this.ended = true;
+    this.idle.stop();
     // A response under way finishes and is billed, then the client hears 1001 (going away).
     await this.work;
     this.socket.close(GOING_AWAY, 'the gateway is shutting down');
