@@ -237,8 +237,8 @@ test('the config refuses speech_params on a model that does not speak, and names
     assert.deepEqual(load(tts).models[0].speechParams, []);
     assert.throws(() => load({ id: 'c', upstream: 'sim', kind: 'chat', input_per_mtok: '1', output_per_mtok: '1', speech_params: ['seed'] }), /\/models\/0\/speech_params: only a tts or sts model/);
     assert.throws(() => load({ ...tts, speech_params: ['pitch'] }), /\/models\/0\/speech_params/);
-    assert.deepEqual(load(tts).voices, { maxPerAccount: 30, maxSamples: 25 }, 'the voice limits default to the family\'s');
-    assert.deepEqual(load(tts, { voices: { max_per_account: 3, max_samples: 5 } }).voices, { maxPerAccount: 3, maxSamples: 5 });
+    assert.deepEqual(load(tts).voices, { maxPerAccount: 30, maxSamples: 25, maxRequestBytes: 100 * 1024 * 1024 }, 'the voice limits default to the family\'s');
+    assert.deepEqual(load(tts, { voices: { max_per_account: 3, max_samples: 5 } }).voices, { maxPerAccount: 3, maxSamples: 5, maxRequestBytes: 100 * 1024 * 1024 });
     assert.throws(() => load(tts, { voices: { max_samples: 0 } }), /\/voices\/max_samples/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
