@@ -85,7 +85,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   const maxTimeout = Math.max(...[...c.upstreams.values()].map((u) => u.timeoutMs));
   const admission: AdmissionDeps = {
     cache, limiter, metrics, defaultRpm: c.limits.defaultRpm, defaultConcurrency: c.limits.defaultConcurrency,
-    holdTtlMs: maxTimeout + 60_000, openHolds: { count: 0, releasing: new Set() },
+    holdTtlMs: maxTimeout + 60_000, allowOverdraft: c.limits.allowOverdraft, openHolds: { count: 0, releasing: new Set() },
   };
   const ffmpeg = await finding;
   log('info', ffmpeg ? 'ffmpeg found: speech formats it converts to' : 'ffmpeg not found: speech formats only it makes (aac) are refused with 400',

@@ -22,6 +22,7 @@ export async function chatCompletion(s: Services, ctx: ExchangeClient, body: Buf
   const maxOut = req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens;
   await textExchange(s, ctx, {
     model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1), tasks: req.n ?? 1,
+    bounded: (req.max_completion_tokens ?? req.max_tokens) != null,
     promptTokens: () => chatPromptTokens(req.messages),
     outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
   });

@@ -37,6 +37,7 @@ export async function response(s: Services, ctx: ExchangeClient, body: Buffer | 
     // from its own Responses events and usage.
     await textExchange(s, ctx, {
       model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
+      bounded: req.max_output_tokens != null,
       promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
       outputTokens: (json) => countTokens(responsesText(json)),
     });
@@ -45,7 +46,7 @@ export async function response(s: Services, ctx: ExchangeClient, body: Buffer | 
   const chat = toChat(req, model.upstreamModel);
   const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
   await textExchange(s, ctx, {
-    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut,
+    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut, bounded: req.max_output_tokens != null,
     upstreamBody: Buffer.from(JSON.stringify(chat)),
     promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
     outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
