@@ -100,6 +100,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   metrics.pendingDebits = () => committer.pending;
   metrics.retryingDebits = () => committer.retrying;
   metrics.commitFailures = () => committer.commitsFailed;
+  metrics.parkedDebits = () => committer.parked;
   metrics.recoveredDebits = () => recovery.recovered;
   // Debits a dead process left durable but uncommitted: claimed now (an embedded restart replays
   // its journal before it serves) and then every second.

@@ -1,7 +1,13 @@
 // Known costs never take a balance below zero: a hold the available balance or the ceiling's remainder cannot cover is refused (402 with both figures).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startGateway, bearer, chatBody, assertInvariants, freshDatabase, dollarsToNano } from './helpers/gateway.mjs';
+import { randomBytes } from 'node:crypto';
+import { startGateway, bearer, chatBody, assertInvariants, freshDatabase, dollarsToNano, clearRedisPrefix, REDIS_URL } from './helpers/gateway.mjs';
+import { openPostgres } from '../dist/store/db.js';
+import { Settler, serializeEntry } from '../dist/ledger/settle.js';
+import { Committer } from '../dist/exchange/committer.js';
+import { RedisLimiter } from '../dist/gate/limits/redis.js';
+import { createAccount } from '../dist/store/accounts.js';
 
 const LIMITERS = [{ name: 'in process', opts: { store: 'pglite' } }, { name: 'Redis', opts: { redis: true } }];
 const json = (key) => ({ ...bearer(key), 'content-type': 'application/json' });
@@ -84,4 +90,53 @@ test('known costs racing on two instances sharing PostgreSQL and Redis never tak
   const show = await a.cli('account', 'show', account);
   assert.equal(dollarsToNano(show.balance), 4_000_000n);
   await assertInvariants(assert, a, account);
+});
+
+test('a debit the ledger refuses (a 3,000-character key, text jsonb cannot store) is isolated: every other account\'s debit in its group commits (PostgreSQL + Redis)', async (t) => {
+  const fresh = await freshDatabase();
+  const db = await openPostgres(fresh.url, 4);
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const limiter = new RedisLimiter(REDIS_URL, prefix);
+  await limiter.ready();
+  t.after(async () => { await limiter.close(); await clearRedisPrefix(prefix); await db.close(); await fresh.drop(); });
+  const settler = new Settler(db, { balance() {}, spend() {} });
+  const committer = new Committer(settler, limiter, db);
+  const [bad, good] = [await createAccount(db, 'bad@example.com'), await createAccount(db, 'good@example.com')];
+  for (const a of [bad, good]) await settler.submit({ idemKey: `credit:${a.id}`, nonce: 'c', accountId: a.id, keyId: null, kind: 'credit', amount: 1_000_000n, reason: 'test' });
+  const month = new Date().toISOString().slice(0, 7) + '-01';
+  const debits = [];
+  const add = (account, idemKey, amount, usage = { tokens: 1 }) => debits.push({ account, entry: { idemKey, nonce: 'n', accountId: account.id, keyId: null, kind: 'debit', amount, reason: 'test', usage, at: new Date() } });
+  // Below validation: a key past PostgreSQL's btree limit (2,704 bytes) and a NUL jsonb refuses, among 200 honest debits.
+  add(bad, `batch:b1:${randomBytes(1500).toString('hex')}`, 1_000n); // random: a repeated character would compress under the limit
+  add(bad, 'req_nul', 2_000n, { note: 'a\u0000b' });
+  for (let i = 0; i < 200; i++) add(good, `req_${i}`, 10n);
+  let n = 0;
+  for (const d of debits) {
+    const holdId = `h${n++}`;
+    const ok = await limiter.admit({ holdId, accountId: d.account.id, keyId: 'k', rpm: 1e6, concurrency: 1e6, money: true, hold: d.entry.amount,
+      balance: { amount: 1_000_000n, version: 1n }, ceiling: null, spent: { period: 'month', start: month, amount: 0n, version: 1n }, ttlMs: 60_000 });
+    assert.equal(ok.ok, true);
+    d.pending = { id: holdId, accountId: d.account.id, keyId: 'k', amount: d.entry.amount, entry: serializeEntry(d.entry) };
+    await limiter.settle(holdId, d.pending, true);
+  }
+  // All in one turn: one group commit carries the bad ones with the good ones.
+  for (const d of debits) committer.enqueue(d.pending, d.entry);
+  const until = Date.now() + 30_000;
+  while (committer.pending > 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(committer.pending, 0, 'every debit left the committer');
+  const sum = async (id) => (await db.query('SELECT balance_nd, (SELECT count(*)::int FROM ledger WHERE account_id = $1 AND kind = \'debit\') AS n FROM accounts WHERE id = $1', [id])).rows[0];
+  const g = await sum(good.id);
+  assert.equal(g.n, 200, 'the other account\'s 200 debits committed');
+  assert.equal(g.balance_nd, 1_000_000n - 2_000n);
+  const b = await sum(bad.id);
+  assert.equal(b.n, 1, 'the long key is stored under its hash');
+  assert.equal(b.balance_nd, 1_000_000n - 1_000n);
+  const hashed = await db.query('SELECT idem_key FROM ledger WHERE account_id = $1 AND kind = \'debit\'', [bad.id]);
+  assert.match(hashed.rows[0].idem_key, /^sha256:[0-9a-f]{64}$/);
+  const parked = await db.query('SELECT amount_nd, entry, error FROM parked_debits WHERE account_id = $1', [bad.id]);
+  assert.equal(parked.rows.length, 1, 'the debit jsonb refuses is parked');
+  assert.equal(BigInt(parked.rows[0].amount_nd), 2000n);
+  assert.equal(JSON.parse(parked.rows[0].entry).idemKey, 'req_nul');
+  assert.equal(committer.parked, 1);
+  for (const a of [bad, good]) assert.deepEqual(await limiter.pendingOf(a.id, 'k'), { account: 0n, key: 0n }, 'nothing left pending in Redis');
 });
