@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
-import { atMostOutput, compile, parseJson, rejectAsked } from '../validate.js';
+import { atMostOutput, checkMetadata, compile, parseJson, rejectAsked } from '../validate.js';
 import { textExchange, type ExchangeClient } from './metered.js';
 import { chatPromptTokens, choicesTokens, countTokens } from '../../meter/tokens.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
@@ -29,6 +29,7 @@ export function responsesRoutes(s: Services): Route[] {
 export async function response(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
   const req = parseJson(check, body, ctx.headers['content-type']) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
   rejectAsked(req, RESPONSES_REJECTED);
+  checkMetadata(req.metadata);
   const model = s.models.resolve(req.model, 'chat');
   atMostOutput(req, ['max_output_tokens'], model);
   const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
