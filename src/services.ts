@@ -91,7 +91,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   const maxTimeout = Math.max(...[...c.upstreams.values()].map((u) => u.timeoutMs));
   const admission: AdmissionDeps = {
     cache, limiter, metrics, defaultRpm: c.limits.defaultRpm, defaultConcurrency: c.limits.defaultConcurrency,
-    holdTtlMs: maxTimeout + 60_000, openHolds: { count: 0, releasing: new Set() },
+    holdTtlMs: maxTimeout + 60_000, allowOverdraft: c.limits.allowOverdraft, openHolds: { count: 0, releasing: new Set() },
   };
   const ffmpeg = await finding;
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
@@ -105,6 +105,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   metrics.pendingDebits = () => committer.pending;
   metrics.retryingDebits = () => committer.retrying;
   metrics.commitFailures = () => committer.commitsFailed;
+  metrics.parkedDebits = () => committer.parked;
   metrics.recoveredDebits = () => recovery.recovered;
   // Debits a dead process left durable but uncommitted: claimed now (an embedded restart replays
   // its journal before it serves) and then every second.

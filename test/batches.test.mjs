@@ -243,7 +243,8 @@ test('kill -9 of a worker mid-batch: the other instance finishes it, every line 
 test('lines that cannot run for balance become insufficient_balance error lines; the batch completes and lines bill at the batch price', async (t) => {
   const models = TEST_MODELS.map((m) => (m.id === 'sim-chat' ? { ...m, batch_discount_percent: 50 } : m));
   const gw = await startGateway(t, { store: 'pglite', env: FAST, models, batches: { concurrency: 1 } });
-  const { account, key } = await gw.account('0.000004', { scopes: 'llm,batch' });
+  // A line's hold is a known cost (max_tokens is set): lines run while the balance covers one (~$0.00004), so a few do.
+  const { account, key } = await gw.account('0.0002', { scopes: 'llm,batch' });
   const before = await balanceNano(gw, account);
   const n = 120;
   const file = await (await upload(gw, key, jsonl(Array.from({ length: n }, (_, i) => chatLine(i))))).json();
@@ -288,4 +289,120 @@ test('kill -9 of the embedded gateway mid-batch: the restart finishes it, every 
   await new Promise((r) => setTimeout(r, 500));
   assert.equal(before - await balanceNano(second, account), costOf(out), 'each line billed once');
   await assertInvariants(assert, second, account);
+});
+
+test('a custom_id past 64 characters or holding a NUL fails the batch with that line\'s error; 64 characters run', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', env: FAST });
+  const { account, key } = await gw.account('5', { scopes: 'llm,batch' });
+  const text = jsonl([{ ...chatLine(1), custom_id: 'a'.repeat(65) }, { ...chatLine(2), custom_id: 'b'.repeat(2660) }, { ...chatLine(3), custom_id: 'c\u0000d' }, chatLine(4)]);
+  const bad = await waitFor(gw, key, (await (await createBatch(gw, key, (await (await upload(gw, key, text)).json()).id)).json()).id);
+  assert.equal(bad.status, 'failed');
+  assert.deepEqual(bad.errors.data.map((e) => [e.line, e.code, e.param]), [[1, 'invalid_custom_id', 'custom_id'], [2, 'invalid_custom_id', 'custom_id'], [3, 'invalid_custom_id', 'custom_id']]);
+  assert.match(bad.errors.data[1].message, /is 2660 characters; at most 64/);
+  assert.equal((await gw.cli('account', 'show', account)).balance, 5, 'nothing billed');
+  const ok = await waitFor(gw, key, (await (await createBatch(gw, key, (await (await upload(gw, key, jsonl([{ ...chatLine(1), custom_id: 'é'.repeat(64) }]))).json()).id)).json()).id);
+  assert.equal(ok.status, 'completed');
+  assert.equal(ok.request_counts.completed, 1);
+  await assertInvariants(assert, gw, account);
+});
+
+test('metadata past OpenAI\'s bounds (16 pairs, 64-character keys, 512-character string values) is 400 naming it on batches, chat and responses', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', env: FAST });
+  const { account, key } = await gw.account('5', { scopes: 'llm,batch' });
+  const file = await (await upload(gw, key, jsonl([chatLine(1)]))).json();
+  const pairs = (n, k = 64, v = 512) => Object.fromEntries(Array.from({ length: n }, (_, i) => [String(i).padEnd(k, 'k'), 'v'.repeat(v)]));
+  const bad = [pairs(17, 8, 8), pairs(1, 65, 8), pairs(1, 8, 513), { a: 1 }, ['x'], 'text', { ['k'.repeat(240_000)]: 'v' }];
+  const routes = [
+    (m) => createBatch(gw, key, file.id, { metadata: m }),
+    (m) => gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }], metadata: m }) }),
+    (m) => gw.fetch('/v1/responses', { method: 'POST', headers: bearer(key), body: JSON.stringify({ model: 'sim-chat', input: 'hi', metadata: m }) }),
+  ];
+  for (const [i, send] of routes.entries()) {
+    for (const m of bad) {
+      const r = await send(m);
+      assert.equal(r.status, 400, `route ${i}: ${JSON.stringify(m).slice(0, 60)}`);
+      const { error } = await r.json();
+      assert.equal(error.code, 'invalid_value');
+      assert.equal(error.param, 'metadata');
+      assert.match(error.message, /at most 16 pairs, keys of at most 64 characters and string values of at most 512/);
+    }
+    const r = await send(pairs(16));
+    assert.equal(r.status, 200, `route ${i}: 16 pairs at the bounds pass`);
+    await r.json();
+  }
+  // Other fields kept and returned as given are bounded too.
+  const r = await createBatch(gw, key, file.id, { note: 'n'.repeat(5000) });
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.param, 'note');
+  const list = await (await gw.fetch('/v1/batches?limit=100', { headers: bearer(key) })).json();
+  assert.equal(list.data.length, 1, 'only the batch within the bounds was created');
+  assert.equal(Object.keys(list.data[0].metadata).length, 16);
+  await waitFor(gw, key, list.data[0].id);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a file of exactly max_file_bytes is accepted; one byte more is 413 and leaves no row at all, not even uploading (postgres)', async (t) => {
+  const gw = await startGateway(t, { env: FAST, batches: { max_file_bytes: 4096 } });
+  const { key } = await gw.account('5', { scopes: 'llm,batch' });
+  const line = JSON.stringify(chatLine(1));
+  const exact = line + '\n' + ' '.repeat(4096 - line.length - 2) + '\n';
+  assert.equal(Buffer.byteLength(exact), 4096);
+  const ok = await upload(gw, key, exact);
+  assert.equal(ok.status, 200);
+  assert.equal((await ok.json()).bytes, 4096);
+  const c = new pg.Client({ connectionString: gw.db.url });
+  c.on('error', () => undefined);
+  await c.connect();
+  const r = await upload(gw, key, exact + ' ');
+  assert.equal(r.status, 413);
+  assert.equal((await r.json()).error.code, 'request_too_large');
+  const rows = await c.query('SELECT status, count(*)::int AS n FROM files GROUP BY status ORDER BY status');
+  assert.deepEqual(rows.rows, [{ status: 'processed', n: 1 }], 'the 413 upload left no row');
+  // A file name past 255 bytes is refused, and leaves nothing either.
+  const long = await upload(gw, key, exact, 'batch', `${'n'.repeat(300)}.jsonl`);
+  assert.equal(long.status, 400);
+  assert.equal((await long.json()).error.param, 'file');
+  assert.equal((await c.query('SELECT count(*)::int AS n FROM files')).rows[0].n, 1);
+  await c.end();
+});
+
+test('a batch line of max_body_bytes runs; one byte more is line_too_large', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', env: FAST, limits: { max_body_bytes: 2048 } });
+  const { account, key } = await gw.account('5', { scopes: 'llm,batch' });
+  const sized = (i, bytes) => {
+    const base = JSON.stringify(chatLine(i, { user: '' }));
+    return JSON.stringify(chatLine(i, { user: 'u'.repeat(bytes - base.length) }));
+  };
+  assert.equal(sized(1, 2048).length, 2048);
+  const ok = await waitFor(gw, key, (await (await createBatch(gw, key, (await (await upload(gw, key, jsonl([sized(1, 2048)]))).json()).id)).json()).id);
+  assert.equal(ok.status, 'completed');
+  const bad = await waitFor(gw, key, (await (await createBatch(gw, key, (await (await upload(gw, key, jsonl([sized(1, 2048), sized(2, 2049)]))).json()).id)).json()).id);
+  assert.equal(bad.status, 'failed');
+  assert.deepEqual(bad.errors.data.map((e) => [e.line, e.code]), [[2, 'line_too_large']]);
+  await assertInvariants(assert, gw, account);
+});
+
+test('batch and file lists are written a page at a time and read whole: 45 batches at the metadata bounds, has_more and after across pages', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', env: FAST, batches: { concurrency: 0 } });
+  const { key } = await gw.account('5', { scopes: 'llm,batch' });
+  const file = await (await upload(gw, key, jsonl([chatLine(1)]))).json();
+  const metadata = Object.fromEntries(Array.from({ length: 16 }, (_, i) => [String(i).padEnd(64, 'k'), 'v'.repeat(512)]));
+  const ids = [];
+  for (let i = 0; i < 45; i++) ids.push((await (await createBatch(gw, key, file.id, { metadata })).json()).id);
+  const all = await (await gw.fetch('/v1/batches?limit=100', { headers: bearer(key) })).json();
+  assert.deepEqual(all.data.map((b) => b.id), [...ids].reverse());
+  assert.equal(all.has_more, false);
+  assert.equal(all.first_id, ids.at(-1));
+  assert.equal(all.last_id, ids[0]);
+  assert.deepEqual(all.data[44].metadata, metadata);
+  const head = await (await gw.fetch('/v1/batches?limit=30', { headers: bearer(key) })).json();
+  assert.equal(head.data.length, 30);
+  assert.equal(head.has_more, true);
+  const rest = await (await gw.fetch(`/v1/batches?limit=30&after=${head.last_id}`, { headers: bearer(key) })).json();
+  assert.deepEqual([...head.data, ...rest.data].map((b) => b.id), all.data.map((b) => b.id));
+  assert.equal(rest.has_more, false);
+  const none = await (await gw.fetch(`/v1/batches?after=${ids[0]}`, { headers: bearer(key) })).json();
+  assert.deepEqual(none, { object: 'list', data: [], has_more: false });
+  const files = await (await gw.fetch('/v1/files', { headers: bearer(key) })).json();
+  assert.deepEqual(files, { object: 'list', data: [files.data[0]], first_id: file.id, last_id: file.id, has_more: false });
 });

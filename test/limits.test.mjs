@@ -30,7 +30,7 @@ const NOW = new Date().toISOString().slice(0, 7) + '-01';
 const admit = (l, accountId, holdId, hold, balance, o = {}) => l.admit({
   holdId, accountId, keyId: o.keyId ?? `key_${accountId}`, rpm: 1_000_000, concurrency: o.concurrency ?? 1_000, money: o.money ?? true, hold,
   balance: { amount: balance, version: o.version ?? 1n }, ceiling: o.ceiling ?? null,
-  spent: { period: 'month', start: NOW, amount: o.spent ?? 0n, version: o.spentVersion ?? 1n }, ttlMs: 60_000,
+  spent: { period: 'month', start: NOW, amount: o.spent ?? 0n, version: o.spentVersion ?? 1n }, ttlMs: 60_000, cover: o.cover,
 });
 
 const debit = (accountId, id, amount, keyId = `key_${accountId}`) => ({
@@ -44,7 +44,7 @@ test('holds take the balance until released, and a turn of releases over two acc
     for (const acct of ['a', 'b']) {
       for (let i = 0; i < 10; i++) assert.equal((await admit(l, acct, `${acct}${i}`, 1_000n, balance)).ok, true, `${l.kind}: hold ${acct}${i}`);
       const full = await admit(l, acct, `${acct}-over`, 1_000n, balance);
-      assert.deepEqual(full, { ok: false, reason: 'insufficient_balance' }, `${l.kind}: the holds use up the balance`);
+      assert.deepEqual(full, { ok: false, reason: 'insufficient_balance', available: 0n }, `${l.kind}: the holds use up the balance`);
     }
     // All twenty released in one turn, interleaved across the accounts.
     await Promise.all(Array.from({ length: 20 }, (_, i) => l.release(i % 2 ? 'b' : 'a', `${i % 2 ? 'b' : 'a'}${i >> 1}`)));
@@ -96,7 +96,7 @@ test('the key ceiling counts pending debits and takes the newest committed spend
     assert.equal((await admit(l, 'e', 'e1', 1n, 1_000_000n, o)).ok, true, `${l.kind}: 1,000 spent + 3,000 pending < 5,000`);
     await l.release('e', 'e1');
     await l.committed('e', ['e0'], { balance: null, spends: [{ keyId: 'key_e', period: 'month', start: NOW, spent: 5_000n, version: 9n }] });
-    assert.deepEqual(await admit(l, 'e', 'e2', 1n, 1_000_000n, o), { ok: false, reason: 'key_spend_limit_reached' },
+    assert.deepEqual(await admit(l, 'e', 'e2', 1n, 1_000_000n, o), { ok: false, reason: 'key_spend_limit_reached', available: 0n },
       `${l.kind}: the committed spend (5,000) wins over the caller's stale 1,000`);
   }
 });
@@ -171,7 +171,7 @@ test('a long session extends its hold under the admission rule, and an extension
     assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 1_500n }), { ok: true }, `${l.kind}: 2,500 of 3,000 held`);
     assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 499n }), { ok: true }, `${l.kind}: 2,999 held, headroom left`);
     assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 1n }), { ok: true }, `${l.kind}: the last nanodollar of headroom`);
-    assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 1n }), { ok: false, reason: 'insufficient_balance' }, `${l.kind}: nothing left`);
+    assert.deepEqual(await l.extend({ ...base, holdId: 'x0', amount: 1n }), { ok: false, reason: 'insufficient_balance', available: 0n }, `${l.kind}: nothing left`);
     assert.deepEqual(await l.extend({ ...base, holdId: 'nope', amount: 1n }), { ok: false, reason: 'missing' });
     // the extended hold is freed whole
     await l.release('x', 'x0');
@@ -182,7 +182,28 @@ test('a long session extends its hold under the admission rule, and an extension
     assert.equal((await admit(l, 'x', 'x2', 1_000n, 3_000n, { ceiling: 2_000n })).ok, true);
     assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 999n }), { ok: true });
     assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 1n }), { ok: true }, `${l.kind}: 1,999 < 2,000 before this one`);
-    assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 1n }), { ok: false, reason: 'key_spend_limit_reached' });
+    assert.deepEqual(await l.extend({ ...c, holdId: 'x2', amount: 1n }), { ok: false, reason: 'key_spend_limit_reached', available: 0n });
+  }
+});
+
+test('a known cost (cover) must fit in the balance less other holds and in the ceiling remainder, on admission and extension alike', async (t) => {
+  for (const l of await limiters(t)) {
+    assert.equal((await admit(l, 'k', 'k0', 600n, 1_000n)).ok, true, `${l.kind}: a bounded-only hold of 600`);
+    // 400 left: a known 401 does not fit, a known 400 does; without cover, 401 would be admitted (400 > 0).
+    assert.deepEqual(await admit(l, 'k', 'k1', 401n, 1_000n, { cover: true }), { ok: false, reason: 'insufficient_balance', available: 400n }, `${l.kind}: 401 > 400 left`);
+    assert.equal((await admit(l, 'k', 'k2', 400n, 1_000n, { cover: true })).ok, true, `${l.kind}: 400 fits exactly`);
+    await l.release('k', 'k0');
+    await l.release('k', 'k2');
+    // The ceiling's remainder: 1,000 less 700 spent = 300 (newer committed figures than the ones above).
+    const o = { ceiling: 1_000n, spent: 700n, cover: true, version: 2n, spentVersion: 2n };
+    assert.deepEqual(await admit(l, 'k', 'k3', 301n, 10_000n, o), { ok: false, reason: 'key_spend_limit_reached', available: 300n }, `${l.kind}: 301 > 300 under the ceiling`);
+    assert.equal((await admit(l, 'k', 'k4', 100n, 10_000n, o)).ok, true);
+    const ext = { accountId: 'k', keyId: 'key_k', balance: { amount: 10_000n, version: 2n }, ceiling: 1_000n,
+      spent: { period: 'month', start: NOW, amount: 700n, version: 2n }, ttlMs: 60_000, holdId: 'k4', cover: true };
+    assert.deepEqual(await l.extend({ ...ext, amount: 201n }), { ok: false, reason: 'key_spend_limit_reached', available: 200n }, `${l.kind}: extension past the remainder`);
+    assert.deepEqual(await l.extend({ ...ext, amount: 200n }), { ok: true });
+    await l.release('k', 'k4');
+    assert.equal(await l.openHolds('k'), 0);
   }
 });
 

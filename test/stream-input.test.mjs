@@ -194,7 +194,8 @@ test('a socket dropped after the first generation is billed for what was generat
 
 test('a session whose balance runs out mid-way is told why and closed, billed for what it got', async () => {
   const gw = await gateway();
-  // 1,000,000 nanodollars: 66 characters at 15,000 each, then the balance is spent.
+  // 1,000,000 nanodollars: 66 characters at 15,000 each. A generation's characters are a known cost:
+  // one of 40 (600,000 nd) fits, a second does not fit in the 400,000 left, so it is refused, not overdrawn.
   const { key, account } = await gw.account('0.001');
   const chunk = 'Forty characters of text are said here. ';
   const frames = [{ text: ' ' }];
@@ -203,9 +204,10 @@ test('a session whose balance runs out mid-way is told why and closed, billed fo
   assert.equal(r.code, 1008);
   assert.match(r.reason + JSON.stringify(r.frames), /insufficient_balance/);
   const generated = r.frames.filter((f) => f.audio).length;
-  assert.equal(generated, 2, 'the second chunk still fit (the balance was above zero), the third did not');
+  assert.equal(generated, 1, 'the second chunk costs more than the balance left, and the balance never goes below zero');
+  assert.match(r.reason + JSON.stringify(r.frames), /needs up to \$0\.0006 \(600000 nd\); \$0\.0004 \(400000 nd\) is available/);
   const show = await gw.cli('account', 'show', account);
-  assert.equal(BigInt(Math.round(show.balance * 1e9)), 1_000_000n - 2n * BigInt(chunk.length) * PER_CHAR);
+  assert.equal(BigInt(Math.round(show.balance * 1e9)), 1_000_000n - BigInt(chunk.length) * PER_CHAR);
   await assertInvariants(assert, gw, account);
 });
 

@@ -27,6 +27,12 @@ export interface ChargeSpec {
   model: { id: string; prices: UnitPrices };
   /** The most this exchange can consume: its hold. */
   worst: Units;
+  /**
+   * `worst` is known or bounded before the request runs (characters to speak, measured audio, a
+   * chat's max_tokens): admission refuses it (402) when the available balance or the ceiling's
+   * remainder cannot cover it, not only when they are used up.
+   */
+  known?: boolean;
   /** The ledger entry's reason (the route). */
   reason: string;
 }
@@ -55,7 +61,7 @@ export class Charge {
 
   static async open(d: ChargeDeps, spec: ChargeSpec): Promise<Charge> {
     const attempt = base62(12);
-    const hold = await admit(d.admission, spec.key, `${spec.id}/${attempt}`, price(spec.model.prices, spec.worst));
+    const hold = await admit(d.admission, spec.key, `${spec.id}/${attempt}`, price(spec.model.prices, spec.worst), true, spec.known === true);
     return new Charge(d, spec, hold, spec.nonce ?? attempt);
   }
 
@@ -136,7 +142,7 @@ export class Charge {
    * generation), under the admission rule: balance and ceiling are checked again, 402 when spent;
    * with `countsAsRequest` the unit takes a token of the key's rpm too (429 when there is none).
    */
-  async extend(amount: bigint, opts: { countsAsRequest?: boolean } = {}): Promise<void> {
+  async extend(amount: bigint, opts: { countsAsRequest?: boolean; cover?: boolean } = {}): Promise<void> {
     if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
     await this.hold.extend(amount, opts);
   }

@@ -1,18 +1,27 @@
 // Commits priced debits to the ledger after their responses are out, in the settler's group commits, retrying until they land.
+import { createHash } from 'node:crypto';
 import type { Db } from '../store/db.js';
-import type { Settler, LedgerEntry, SettleResult } from '../ledger/settle.js';
+import { PoisonEntryError, serializeEntry, type Settler, type LedgerEntry, type SettleResult } from '../ledger/settle.js';
+import { parkDebit } from '../store/parked.js';
 import type { CommittedState, Limiter, PendingDebit } from '../gate/limits/types.js';
 import { periodStarts } from '../store/periods.js';
 import { log } from '../observe/log.js';
 
 const RETRY_FIRST_MS = 250;
 const RETRY_MAX_MS = 5_000;
+/** A ledger key longer than this is stored as its hash when PostgreSQL refuses it (its btree limit is 2,704 bytes). */
+const LONG_KEY_BYTES = 512;
 
 /**
  * A debit reaches here once it is durable (in Redis, or in the journal): nothing waits on the
  * commit but the limiter's record of it, which moves from "pending" to "committed" when it lands.
  * A commit that fails (PostgreSQL unreachable) is retried with backoff; the debit keeps counting
  * against the balance and the ceiling meanwhile, and is never dropped.
+ *
+ * A debit PostgreSQL refuses for its content (the settler commits the rest of its group without it)
+ * is not retried: one whose ledger key is too long is stored under the key's hash; any other is
+ * parked in `parked_debits` with the error, logged at error level and counted for /metrics
+ * (`tollgate_parked_debits_total`), and leaves the pending record. No other debit waits on it.
  */
 export class Committer {
   private inFlight = 0;
@@ -23,6 +32,8 @@ export class Committer {
   private closed = false;
   /** Commit attempts that failed (each retried): a counter for /metrics. */
   commitsFailed = 0;
+  /** Debits the ledger refused for their content, parked for an operator: a counter for /metrics (an alert above 0). */
+  parked = 0;
 
   constructor(private readonly settler: Settler, private readonly limiter: Limiter, private readonly db: Db) {}
 
@@ -72,6 +83,7 @@ export class Committer {
     try {
       result = await this.settler.submit(entry);
     } catch (e) {
+      if (e instanceof PoisonEntryError) { if (tries > 0) this.failing--; await this.refused(debit, entry, e, 0); return; }
       this.commitsFailed++;
       if (tries === 0) this.failing++;
       if (tries === 0 || tries % 20 === 0) log('warn', 'debit commit failed; retrying', { debit: debit.id, tries: tries + 1, error: String((e as Error)?.message ?? e) });
@@ -81,6 +93,39 @@ export class Committer {
     }
     if (tries > 0) this.failing--;
     await this.clear(debit, entry, result, 0);
+  }
+
+  /**
+   * The ledger refused this entry for its content. A key too long for its index is stored as its
+   * hash (the same nonce: a recovery of the same debit lands on the same row); otherwise, or if that
+   * is refused too, the debit is parked. Either way it then leaves the pending record.
+   */
+  private async refused(debit: PendingDebit, entry: LedgerEntry, e: PoisonEntryError, tries: number): Promise<void> {
+    if (Buffer.byteLength(entry.idemKey) > LONG_KEY_BYTES) {
+      const hashed = { ...entry, idemKey: `sha256:${createHash('sha256').update(entry.idemKey).digest('hex')}` };
+      try {
+        const result = await this.settler.submit(hashed);
+        log('warn', 'debit ledger key too long; stored under its hash', { debit: debit.id.slice(0, 200), idem_key: hashed.idemKey });
+        await this.clear(debit, hashed, result, 0);
+        return;
+      } catch (again) {
+        if (!(again instanceof PoisonEntryError)) return this.retryRefused(debit, entry, e, tries);
+      }
+    }
+    try {
+      await parkDebit(this.db, { accountId: entry.accountId, amount: entry.amount, entry: serializeEntry(entry), error: e.message });
+    } catch {
+      return this.retryRefused(debit, entry, e, tries);
+    }
+    this.parked++;
+    log('error', 'debit refused by the ledger; parked for an operator (parked_debits)', {
+      debit: debit.id.slice(0, 200), account: entry.accountId, amount_nd: entry.amount.toString(), error: e.message });
+    await this.clear(debit, entry, null, 0);
+  }
+
+  private retryRefused(debit: PendingDebit, entry: LedgerEntry, e: PoisonEntryError, tries: number): void {
+    const wait = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.min(tries, 5));
+    setTimeout(() => { void this.refused(debit, entry, e, tries + 1); }, this.closed ? 50 : wait).unref();
   }
 
   /** Takes the committed debit off the limiter's pending record, retrying until it can (it counts against the balance until then). */

@@ -104,3 +104,26 @@ export function unsupported(param: string, why = ''): GatewayError {
   return new GatewayError({ status: 400, code: 'unsupported_parameter', param,
     message: `Unsupported parameter: '${param}' is not supported by this service${why ? `: ${why}` : ''}.` });
 }
+
+/** OpenAI's bounds on `metadata` (its API reference): at most 16 pairs, keys of at most 64 characters, string values of at most 512. */
+export const METADATA_LIMITS = { pairs: 16, keyChars: 64, valueChars: 512 } as const;
+
+const chars = (s: string): number => (s.length <= 512 ? [...s].length : s.length);
+
+function badMetadata(param: string, why: string): GatewayError {
+  return new GatewayError({ status: 400, code: 'invalid_value', param,
+    message: `\`${param}\` ${why}: it holds at most ${METADATA_LIMITS.pairs} pairs, keys of at most ${METADATA_LIMITS.keyChars} characters and string values of at most ${METADATA_LIMITS.valueChars}.` });
+}
+
+/** Refuses (400, naming the field) a `metadata` past OpenAI's bounds; absent or null passes. */
+export function checkMetadata(v: unknown, param = 'metadata'): void {
+  if (v === undefined || v === null) return;
+  if (typeof v !== 'object' || Array.isArray(v)) throw badMetadata(param, 'must be an object of string values');
+  const entries = Object.entries(v as Record<string, unknown>);
+  if (entries.length > METADATA_LIMITS.pairs) throw badMetadata(param, `has ${entries.length} pairs`);
+  for (const [k, val] of entries) {
+    if (chars(k) > METADATA_LIMITS.keyChars) throw badMetadata(param, `has a key of ${chars(k)} characters ("${k.slice(0, 32)}…")`);
+    if (typeof val !== 'string') throw badMetadata(param, `has a value that is not a string (key "${k}")`);
+    if (chars(val) > METADATA_LIMITS.valueChars) throw badMetadata(param, `has a value of ${chars(val)} characters (key "${k}")`);
+  }
+}

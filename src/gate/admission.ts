@@ -3,7 +3,8 @@ import { GatewayError, limitsUnavailable, storeUnavailable } from '../errors.js'
 import type { KeyRecord } from '../store/keys.js';
 import type { StateCache } from './cache.js';
 import { invalidKey } from './auth.js';
-import type { AdmitOutcome, ExtendOutcome, Limiter, PendingDebit } from './limits/types.js';
+import type { AdmitOutcome, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit } from './limits/types.js';
+import { nanoToDecimal } from '../money.js';
 import type { Metrics } from '../observe/metrics.js';
 
 /** An admitted request's place in the limiter: its worst-case amount and its concurrency slot. */
@@ -25,7 +26,8 @@ export interface Hold {
   progress(debit: PendingDebit): Promise<void>;
   /** Raises the hold by `amount` for a long session's next stretch; refused like admission (402). */
   /** Holds `amount` more under the admission rule; `countsAsRequest` also takes a token of the key's rpm (a session's billed unit). */
-  extend(amount: bigint, opts?: { countsAsRequest?: boolean }): Promise<void>;
+  /** `cover`: `amount` is a known cost the balance and ceiling must cover (see `admit`). */
+  extend(amount: bigint, opts?: { countsAsRequest?: boolean; cover?: boolean }): Promise<void>;
 }
 
 export interface AdmissionDeps {
@@ -35,6 +37,11 @@ export interface AdmissionDeps {
   defaultRpm: number;
   defaultConcurrency: number;
   holdTtlMs: number;
+  /**
+   * `limits.allow_overdraft`: a known cost is admitted on the specification's minimum alone (balance
+   * above zero, ceiling not reached), so one request may take the balance below zero. Off by default.
+   */
+  allowOverdraft?: boolean;
   /** Holds this instance placed and has not freed yet, and releases still under way. */
   openHolds: { count: number; releasing: Set<Promise<void>> };
 }
@@ -51,11 +58,6 @@ export function goDuration(ms: number): string {
 }
 
 /**
- * Admits one request. With `money`, balance > 0 and the key under its ceiling, counting every hold
- * and pending debit of the account (on any instance, with Redis), and this request holds `amount`
- * until it settles. Without, only rpm and concurrency apply (unbilled routes).
- */
-/**
  * A release that did not reach the limiter (Redis unreachable) is tried again in the background for
  * about two minutes: a hold left behind would keep the key's slot and amount taken until its TTL.
  */
@@ -66,12 +68,24 @@ function retryRelease(d: AdmissionDeps, accountId: string, holdId: string, tries
   }, Math.min(5_000, 250 * 2 ** Math.min(tries, 5))).unref();
 }
 
-function moneyRefused(key: KeyRecord, reason: 'insufficient_balance' | 'key_spend_limit_reached'): GatewayError {
-  return reason === 'insufficient_balance'
-    ? new GatewayError({ status: 402, code: 'insufficient_balance', type: 'insufficient_quota',
-      message: 'Your prepaid balance is used up (or fully held by requests in flight). Top up to continue.' })
-    : new GatewayError({ status: 402, code: 'key_spend_limit_reached', type: 'insufficient_quota',
-      message: `The ${key.spendLimitPeriod} spend limit of key ${key.prefix}... is reached. Raise the ceiling or use another key.` });
+/**
+ * The 402 of a money refusal. When what was left is above zero, the request's known cost did not fit:
+ * the message says how much it needs and how much is available (as OpenRouter does for an
+ * unaffordable max_tokens), in dollars and in nanodollars.
+ */
+function moneyRefused(key: KeyRecord, r: MoneyRefusal, needed: bigint): GatewayError {
+  const short = r.available > 0n;
+  const figures = `This request needs up to $${nanoToDecimal(needed)} (${needed} nd); $${nanoToDecimal(r.available)} (${r.available} nd) is available`;
+  if (r.reason === 'insufficient_balance') {
+    return new GatewayError({ status: 402, code: 'insufficient_balance', type: 'insufficient_quota',
+      message: short
+        ? `${figures} (the balance less requests in flight). Top up, or ask for less (fewer max_tokens, shorter text).`
+        : 'Your prepaid balance is used up (or fully held by requests in flight). Top up to continue.' });
+  }
+  return new GatewayError({ status: 402, code: 'key_spend_limit_reached', type: 'insufficient_quota',
+    message: short
+      ? `${figures} under the ${key.spendLimitPeriod} spend limit of key ${key.prefix}.... Raise the ceiling or use another key, or ask for less.`
+      : `The ${key.spendLimitPeriod} spend limit of key ${key.prefix}... is reached. Raise the ceiling or use another key.` });
 }
 
 /**
@@ -88,7 +102,7 @@ export async function requireFunds(d: AdmissionDeps, key: KeyRecord): Promise<vo
   }
   if (available <= 0n) {
     d.metrics.rejection('insufficient_balance');
-    throw moneyRefused(key, 'insufficient_balance');
+    throw moneyRefused(key, { ok: false, reason: 'insufficient_balance', available }, 0n);
   }
 }
 
@@ -100,7 +114,14 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
   return { balance: b instanceof Promise ? await b : b, spent: s instanceof Promise ? await s : s };
 }
 
-export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true): Promise<Hold> {
+/**
+ * Admits one request. With `money`, balance > 0 and the key under its ceiling, counting every hold
+ * and pending debit of the account (on any instance, with Redis), and this request holds `amount`
+ * until it settles. `known`: `amount` is the request's known or bounded cost, and must also fit in
+ * what is left of the balance and of the ceiling (402 saying both figures), unless the operator
+ * allows an overdraft. Without `money`, only rpm and concurrency apply (unbilled routes).
+ */
+export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true, known = false): Promise<Hold> {
   const { rpm, concurrency } = effectiveLimits(key, d);
   let state;
   try {
@@ -115,7 +136,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
   try {
     out = await d.limiter.admit({
       holdId, accountId: key.accountId, keyId: key.id, rpm, concurrency, money, hold: money ? amount : 0n,
-      balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs,
+      balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs, cover: known && !d.allowOverdraft,
     });
   } catch {
     // The script may have run and only its answer been lost: a hold placed then must not linger.
@@ -128,7 +149,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
     switch (out.reason) {
       case 'insufficient_balance':
       case 'key_spend_limit_reached':
-        throw moneyRefused(key, out.reason);
+        throw moneyRefused(key, out, amount);
       case 'rate_limit_exceeded':
         throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${rpm}. Please try again in ${goDuration(out.retryMs)}.`,
@@ -197,7 +218,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       let r: ExtendOutcome;
       try {
         r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: now.spendLimit, spent, ttlMs: d.holdTtlMs,
-          ...(opts.countsAsRequest ? { rpm: nowRpm } : {}) });
+          cover: opts.cover === true && !d.allowOverdraft, ...(opts.countsAsRequest ? { rpm: nowRpm } : {}) });
       } catch {
         throw limitsUnavailable();
       }
@@ -209,7 +230,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
           headers: { 'retry-after': String(Math.max(1, Math.ceil(r.retryMs / 1000))) } });
       }
       if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });
-      throw moneyRefused(now, r.reason);
+      throw moneyRefused(now, r, more);
     },
   };
 }

@@ -27,6 +27,8 @@ export interface BatchEndpoints {
 /** OpenAI's limit on requests in one batch. */
 export const MAX_LINES = 50_000;
 const MAX_ERRORS = 100;
+/** A line's custom_id: OpenAI's bound. It becomes part of the line's ledger key and of an index of batch_lines. */
+const MAX_CUSTOM_ID = 64;
 const INSERT_GROUP = 500;
 
 /**
@@ -136,7 +138,7 @@ export class BatchWorker {
       let lineNo = 0;
       let count = 0;
       let model: string | null = null;
-      for await (const raw of fileLines(this.s.db, file.id, maxLine + 1024)) {
+      for await (const raw of fileLines(this.s.db, file.id, maxLine)) {
         lineNo++;
         if (raw === null) { err(lineNo, 'line_too_large', `Line ${lineNo} is longer than ${maxLine} bytes, the largest request body.`); continue; }
         if (raw.toString('utf8').trim() === '') continue;
@@ -275,6 +277,13 @@ function parseLine(raw: Buffer, lineNo: number, endpoint: string, seen: Set<stri
   if (!v || typeof v !== 'object' || Array.isArray(v)) { err(lineNo, 'invalid_request', `Line ${lineNo} must be a JSON object.`); return null; }
   const o = v as Record<string, unknown>;
   if (typeof o.custom_id !== 'string' || o.custom_id === '') { err(lineNo, 'missing_required_parameter', `Line ${lineNo} needs a \`custom_id\` string.`, 'custom_id'); return null; }
+  const idChars = [...o.custom_id].length;
+  if (idChars > MAX_CUSTOM_ID || o.custom_id.includes('\u0000')) {
+    err(lineNo, 'invalid_custom_id', idChars > MAX_CUSTOM_ID
+      ? `Line ${lineNo}: \`custom_id\` is ${idChars} characters; at most ${MAX_CUSTOM_ID} are allowed.`
+      : `Line ${lineNo}: \`custom_id\` contains a NUL character.`, 'custom_id');
+    return null;
+  }
   if (seen.has(o.custom_id)) { err(lineNo, 'duplicate_custom_id', `Line ${lineNo}: custom_id "${o.custom_id.slice(0, 64)}" is used by an earlier line; each must be unique.`, 'custom_id'); return null; }
   seen.add(o.custom_id);
   if (o.method !== 'POST') { err(lineNo, 'invalid_method', `Line ${lineNo}: \`method\` must be "POST".`, 'method'); return null; }

@@ -41,6 +41,26 @@ export interface SettleListener {
 
 interface Pending { entry: LedgerEntry; resolve: (r: SettleResult) => void; reject: (e: unknown) => void }
 
+/**
+ * One entry PostgreSQL refuses for what it holds (a key past the btree limit, a value out of range,
+ * text it cannot store), found by committing its group in halves: the rest of the group committed
+ * without it, and retrying it cannot succeed. The committer parks it.
+ */
+export class PoisonEntryError extends Error {
+  constructor(override readonly cause: unknown) {
+    super(`the ledger refuses this entry: ${String((cause as Error)?.message ?? cause)}`);
+  }
+}
+
+/**
+ * An error of the entries themselves, not of the connection or the server: SQLSTATE class 22 (data
+ * exception), 23 (integrity constraint) or 54 (program limit exceeded, e.g. an index row too large).
+ */
+export function isEntryError(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && /^(22|23|54)[0-9A-Z]{3}$/.test(code);
+}
+
 const MAX_BATCH = 512;
 
 export class Settler {
@@ -78,14 +98,29 @@ export class Settler {
     this.flushing = true;
     const batch = this.queue.splice(0, MAX_BATCH);
     try {
+      await this.commitIsolating(batch);
+    } finally {
+      this.flushing = false;
+      if (this.queue.length > 0) this.schedule();
+    }
+  }
+
+  /**
+   * Commits a group; when PostgreSQL refuses it for an entry's content, commits each half on its own
+   * (down to the one entry at fault), so one bad entry never holds back the others, of any account.
+   * Other failures (PostgreSQL unreachable) fail the whole group: its entries are retried later.
+   */
+  private async commitIsolating(batch: Pending[]): Promise<void> {
+    try {
       const results = await this.commitWithRetry(batch.map((p) => p.entry));
       this.commits++;
       batch.forEach((p, i) => { p.resolve(results[i]!); });
     } catch (e) {
-      for (const p of batch) p.reject(e);
-    } finally {
-      this.flushing = false;
-      if (this.queue.length > 0) this.schedule();
+      if (!isEntryError(e)) { for (const p of batch) p.reject(e); return; }
+      if (batch.length === 1) { batch[0]!.reject(new PoisonEntryError(e)); return; }
+      const mid = batch.length >> 1;
+      await this.commitIsolating(batch.slice(0, mid));
+      await this.commitIsolating(batch.slice(mid));
     }
   }
 

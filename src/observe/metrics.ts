@@ -23,6 +23,7 @@ export class Metrics {
   pendingDebits = (): number => 0;
   retryingDebits = (): number => 0;
   commitFailures = (): number => 0;
+  parkedDebits = (): number => 0;
   recoveredDebits = (): number => 0;
   keyLookups = (): number => 0;
 
@@ -59,6 +60,8 @@ export class Metrics {
     out.push(`tollgate_retrying_debits ${this.retryingDebits()}`);
     out.push('# HELP tollgate_debit_commit_failures_total Debit commit attempts that failed and were retried.', '# TYPE tollgate_debit_commit_failures_total counter');
     out.push(`tollgate_debit_commit_failures_total ${this.commitFailures()}`);
+    out.push('# HELP tollgate_parked_debits_total Debits the ledger refused for their content, parked in parked_debits for an operator (alert above 0).', '# TYPE tollgate_parked_debits_total counter');
+    out.push(`tollgate_parked_debits_total ${this.parkedDebits()}`);
     out.push('# HELP tollgate_recovered_debits_total Debits this instance committed for a dead instance or from its journal at start.', '# TYPE tollgate_recovered_debits_total counter');
     out.push(`tollgate_recovered_debits_total ${this.recoveredDebits()}`);
     return `${out.join('\n')}\n`;

@@ -65,7 +65,7 @@ export function readMultipart(input: Readable | Buffer, contentType: string | un
     try {
       bb = busboy({
         headers: { 'content-type': contentType }, defParamCharset: 'utf8',
-        limits: { fileSize: opts.maxFileBytes, files: opts.maxFiles ?? 32, fields: opts.maxFields ?? 64, fieldSize: opts.maxFieldBytes ?? 1024 * 1024 },
+        limits: { fileSize: opts.maxFileBytes + 1, files: opts.maxFiles ?? 32, fields: opts.maxFields ?? 64, fieldSize: opts.maxFieldBytes ?? 1024 * 1024 },
       });
     } catch (e) {
       reject(invalidMultipart(`The multipart body cannot be read: ${(e as Error).message}.`));

@@ -184,7 +184,10 @@ export async function* fileLines(db: Queryable, id: string, maxLine: number): As
     if (skipping || buf.length > maxLine + 1) { skipping = true; rest = Buffer.alloc(0); } else rest = Buffer.from(buf);
   }
   if (skipping) yield null;
-  else if (rest.length > 0) yield rest[rest.length - 1] === 0x0d ? rest.subarray(0, -1) : rest;
+  else if (rest.length > 0) {
+    const last = rest[rest.length - 1] === 0x0d ? rest.subarray(0, -1) : rest;
+    yield last.length > maxLine ? null : last;
+  }
 }
 
 /** Uploads that never finished (their process died mid-upload), older than `olderThanMs`: deleted. */

@@ -8,12 +8,13 @@ import { base62 } from '../../store/ids.js';
 import { getFile } from '../../store/files.js';
 import { batchObject, cancelBatch, createBatch, getBatch, listBatches } from '../../store/batches.js';
 import type { BatchEndpoints } from '../../jobs/batch-worker.js';
-import { compile, parseJson } from '../validate.js';
+import { checkMetadata, compile, parseJson } from '../validate.js';
 import { alpha } from './family.js';
 import { chatCompletion } from './chat.js';
 import { completion, embedding } from './completions.js';
 import { response } from './responses.js';
 import { intParam, noSuch, EXPIRES_MAX_SECS, EXPIRES_MIN_SECS } from './files.js';
+import { streamList } from './list-reply.js';
 
 const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses'] as const;
 const WINDOW_MS = 24 * 3600 * 1000;
@@ -22,12 +23,15 @@ const CreateBatch = Type.Object({
   input_file_id: Type.String({ minLength: 1 }),
   endpoint: Type.Union(ENDPOINTS.map((e) => Type.Literal(e))),
   completion_window: Type.Literal('24h'),
-  metadata: Type.Optional(Type.Union([Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 512 }), { maxProperties: 16 }), Type.Null()])),
+  // Checked by checkMetadata (a schema's Record cannot bound its keys' length).
+  metadata: Type.Optional(Type.Unknown()),
   // Kept with the batch's other properties and applied by the worker to the output and error files.
   output_expires_after: Type.Optional(Type.Object({
     anchor: Type.Literal('created_at'), seconds: Type.Integer({ minimum: EXPIRES_MIN_SECS, maximum: EXPIRES_MAX_SECS }),
   }, { additionalProperties: false })),
 }, { additionalProperties: true });
+/** Request fields kept and returned as given (none the gateway uses): bounded, since every list reply carries them. */
+const MAX_EXTRA_BYTES = 4096;
 const check = compile(CreateBatch);
 
 /** What each batch endpoint runs: the live route's own function (same validation, refused parameters, upstream and meter). */
@@ -49,6 +53,14 @@ export function batchRoutes(s: Services): Route[] {
       method: 'POST', path: '/v1/batches', name: 'batches.create', scope: 'batch', metered: true,
       handler: async (ctx, { body }) => {
         const req = parseJson(check, body, ctx.headers['content-type']);
+        checkMetadata(req.metadata);
+        const { input_file_id, endpoint, completion_window, metadata, ...extra } = req;
+        const extraBytes = Buffer.byteLength(JSON.stringify(extra));
+        if (extraBytes > MAX_EXTRA_BYTES) {
+          const field = Object.keys(extra)[0] ?? 'body';
+          throw new GatewayError({ status: 400, code: 'invalid_value', param: field.slice(0, 64),
+            message: `Fields other than input_file_id, endpoint, completion_window and metadata are kept as given up to ${MAX_EXTRA_BYTES} bytes together; these take ${extraBytes}.` });
+        }
         const key = ctx.key!;
         // Balance > 0 and the key under its ceiling (402 otherwise), with rpm and concurrency; nothing is held:
         // each line reserves its own worst case when it runs.
@@ -59,7 +71,6 @@ export function batchRoutes(s: Services): Route[] {
         if (file.purpose !== 'batch') {
           throw new GatewayError({ status: 400, code: 'invalid_value', param: 'input_file_id', message: `File ${file.id} has purpose "${file.purpose}"; a batch reads a file uploaded with purpose "batch".` });
         }
-        const { input_file_id, endpoint, completion_window, metadata, ...extra } = req;
         const b = await createBatch(s.db, {
           accountId: key.accountId, keyId: key.id, endpoint, inputFileId: input_file_id, completionWindow: completion_window,
           windowMs: WINDOW_MS, metadata, extra: extra as Record<string, unknown>,
@@ -72,11 +83,10 @@ export function batchRoutes(s: Services): Route[] {
       handler: async (ctx) => {
         const q = new URLSearchParams(ctx.query);
         const limit = intParam(q, 'limit', 20, 1, 100);
-        const rows = await listBatches(s.db, ctx.key!.accountId, { limit, after: q.get('after') ?? undefined });
-        const page = rows.slice(0, limit);
-        ctx.json(200, {
-          object: 'list', data: page.map(batchObject), has_more: rows.length > limit,
-          ...(page.length > 0 ? { first_id: page[0]!.id, last_id: page.at(-1)!.id } : {}),
+        await streamList(ctx, limit, q.get('after') ?? undefined, {
+          rows: (after, n) => listBatches(s.db, ctx.key!.accountId, { limit: n, after }),
+          id: (b) => b.id, render: batchObject,
+          tail: (first, last, more) => ({ has_more: more, ...(first !== null ? { first_id: first, last_id: last } : {}) }),
         });
       },
     },

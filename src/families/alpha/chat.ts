@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { chatPromptTokens, choicesTokens } from '../../meter/tokens.js';
-import { atMostOutput, unsupported, parseJson, rejectAsked } from '../validate.js';
+import { atMostOutput, checkMetadata, unsupported, parseJson, rejectAsked } from '../validate.js';
 import { checkChat, CHAT_REJECTED } from './schemas.js';
 import { textExchange, type ExchangeClient } from './metered.js';
 
@@ -16,12 +16,14 @@ export function chatRoutes(s: Services): Route[] {
 /** One chat completion, from a live request or a batch line: validated, refused parameters, metered. */
 export async function chatCompletion(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
   const req = parseJson(checkChat, body, ctx.headers['content-type']);
+  checkMetadata((req as Record<string, unknown>).metadata);
   rejectChatParams(req);
   const model = s.models.resolve(req.model, 'chat');
   atMostOutput(req, ['max_completion_tokens', 'max_tokens'], model);
   const maxOut = req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens;
   await textExchange(s, ctx, {
     model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1), tasks: req.n ?? 1,
+    bounded: (req.max_completion_tokens ?? req.max_tokens) != null,
     promptTokens: () => chatPromptTokens(req.messages),
     outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
   });

@@ -29,6 +29,7 @@ export async function completion(s: Services, ctx: ExchangeClient, body: Buffer 
   await textExchange(s, ctx, {
     model, body: body!, parsed: req, upstreamPath: '/v1/completions',
     maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts, tasks: (req.n ?? 1) * prompts,
+    bounded: req.max_tokens != null,
     promptTokens: () => promptTokens(req.prompt),
     outputTokens: (json) => choicesTokens(json, (c) => c.text),
   });

@@ -7,6 +7,7 @@ import { GatewayError } from '../../errors.js';
 import { uploadQuota } from '../storage.js';
 import { readMultipart, invalidMultipart, type Multipart } from '../../server/multipart.js';
 import { requireFunds } from '../../gate/admission.js';
+import { streamList } from './list-reply.js';
 import { deleteFile, dropFile, publishFile, fileChunks, fileObject, getFile, listFiles, newFileId, storeFile, type FileRow } from '../../store/files.js';
 
 /** What CreateFileRequest's `purpose` may be. */
@@ -65,9 +66,12 @@ export function fileRoutes(s: Services): Route[] {
         const order = q.get('order') ?? 'desc';
         if (order !== 'asc' && order !== 'desc') throw new GatewayError({ status: 400, code: 'invalid_value', param: 'order', message: '`order` must be "asc" or "desc".' });
         const limit = intParam(q, 'limit', 10_000, 1, 10_000);
-        const rows = await listFiles(s.db, ctx.key!.accountId, { purpose: q.get('purpose') ?? undefined, limit, after: q.get('after') ?? undefined, order });
-        const page = rows.slice(0, limit);
-        ctx.json(200, { object: 'list', data: page.map(fileObject), first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: rows.length > limit });
+        const purpose = q.get('purpose') ?? undefined;
+        await streamList(ctx, limit, q.get('after') ?? undefined, {
+          rows: (after, n) => listFiles(s.db, ctx.key!.accountId, { purpose, limit: n, after, order }),
+          page: 200, id: (f) => f.id, render: fileObject,
+          tail: (first, last, more) => ({ first_id: first, last_id: last, has_more: more }),
+        });
       },
     },
     {
@@ -104,6 +108,17 @@ async function owned(s: Services, ctx: Ctx, id: string): Promise<FileRow> {
   return f;
 }
 
+/** A file name is stored and listed as given: bounded (bytes, as a file system bounds one) and without NUL. */
+const MAX_FILENAME_BYTES = 255;
+
+function checkFilename(name: string): void {
+  const bytes = Buffer.byteLength(name);
+  if (bytes > MAX_FILENAME_BYTES || name.includes('\u0000')) {
+    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'file',
+      message: bytes > MAX_FILENAME_BYTES ? `The file name is ${bytes} bytes; at most ${MAX_FILENAME_BYTES} are allowed.` : 'The file name contains a NUL character.' });
+  }
+}
+
 /**
  * The file part is stored as it arrives (a chunk at a time, never whole in memory); past the limit
  * it is 413 and what was stored is deleted. `purpose` may come before or after the file: a file
@@ -113,6 +128,10 @@ async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
   const accountId = ctx.key!.accountId;
   let stored: FileRow | null = null;
   let files = 0;
+  // The upload's row, and the store writing it: a failed request waits for it to finish (and undo
+  // itself) and drops the row before it answers, so a 413 leaves nothing behind, not even `uploading`.
+  const id = newFileId();
+  let storing: Promise<unknown> = Promise.resolve();
   // A body declared past the route's limit is refused before the handler runs: its stream is failed
   // already, and readMultipart would wait on it for ever.
   if (stream.errored) throw stream.errored;
@@ -126,7 +145,10 @@ async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
       onFile: async (f) => {
         if (f.field !== 'file') { f.stream.resume(); throw invalidMultipart(`Unexpected file field "${f.field.slice(0, 64)}": send the file as "file".`); }
         files++;
-        stored = await storeFile(s.db, { id: newFileId(), accountId, purpose: 'batch', filename: f.filename || 'file', unlisted: true, quota }, f.stream);
+        try { checkFilename(f.filename); } catch (e) { f.stream.resume(); throw e; }
+        const p = storeFile(s.db, { id, accountId, purpose: 'batch', filename: f.filename || 'file', unlisted: true, quota }, f.stream);
+        storing = p.catch(() => undefined);
+        stored = await p;
       },
     });
     const purpose = form.field('purpose');
@@ -140,8 +162,8 @@ async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
     const expires = expiresAfter(form) ?? (purpose === 'batch' ? EXPIRES_MAX_SECS : null);
     ctx.json(200, fileObject(await publishFile(s.db, file.id, purpose, expires)));
   } catch (e) {
-    const file = stored as FileRow | null;
-    if (file) await dropFile(s.db, file.id).catch(() => undefined);
+    await storing;
+    if (files > 0) await dropFile(s.db, id).catch(() => undefined);
     throw e;
   }
 }

@@ -17,6 +17,8 @@ export interface TextExchange {
   parsed: Record<string, unknown>;      // the same, parsed
   upstreamPath: string;                 // e.g. /v1/chat/completions
   maxOutputTokens: number;              // worst case, all choices together
+  /** The client bounded the output (max_tokens and the like): the worst case is a known cost the balance must cover. */
+  bounded?: boolean;
   /** Prompt tokens counted by Tollgate, when the upstream reports none. */
   promptTokens(): number;
   /** Output tokens counted from a buffered reply that carried no usage. */
@@ -54,6 +56,7 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
     key: ctx.key!, id: ctx.debit?.id ?? ctx.requestId, nonce: ctx.debit?.nonce, reason: ctx.routeName,
     model: ctx.debit?.batch ? { id: x.model.id, prices: x.model.batchPrices } : x.model,
     worst: { inputTokens: x.body.length * (up.usagePerTask ? tasks : 1), outputTokens: x.maxOutputTokens, characters: 0, audioInMs: 0, audioOutMs: 0 },
+    known: x.bounded === true,
   });
   const stream = x.parsed.stream === true;
   const clientWantsUsage = stream && (x.parsed.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;

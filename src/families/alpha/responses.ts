@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
-import { atMostOutput, compile, parseJson, rejectAsked } from '../validate.js';
+import { atMostOutput, checkMetadata, compile, parseJson, rejectAsked } from '../validate.js';
 import { textExchange, type ExchangeClient } from './metered.js';
 import { chatPromptTokens, choicesTokens, countTokens } from '../../meter/tokens.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
@@ -29,6 +29,7 @@ export function responsesRoutes(s: Services): Route[] {
 export async function response(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
   const req = parseJson(check, body, ctx.headers['content-type']) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
   rejectAsked(req, RESPONSES_REJECTED);
+  checkMetadata(req.metadata);
   const model = s.models.resolve(req.model, 'chat');
   atMostOutput(req, ['max_output_tokens'], model);
   const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
@@ -37,6 +38,7 @@ export async function response(s: Services, ctx: ExchangeClient, body: Buffer | 
     // from its own Responses events and usage.
     await textExchange(s, ctx, {
       model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
+      bounded: req.max_output_tokens != null,
       promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
       outputTokens: (json) => countTokens(responsesText(json)),
     });
@@ -45,7 +47,7 @@ export async function response(s: Services, ctx: ExchangeClient, body: Buffer | 
   const chat = toChat(req, model.upstreamModel);
   const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
   await textExchange(s, ctx, {
-    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut,
+    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut, bounded: req.max_output_tokens != null,
     upstreamBody: Buffer.from(JSON.stringify(chat)),
     promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
     outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),

@@ -263,7 +263,7 @@ export class Generations {
     const cost = price(target.model.prices, { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 });
     try {
       // Each generation is a billed unit: it counts against the key's rpm as a request does.
-      await charge.extend(cost, { countsAsRequest: true });
+      await charge.extend(cost, { countsAsRequest: true, cover: true });
     } catch (e) {
       if (e instanceof GatewayError) return { ok: false, code: POLICY, reason: `${e.code}: ${e.message}`, audio: null };
       throw e;

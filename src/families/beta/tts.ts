@@ -45,7 +45,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   const plan = production(format, s.upstreams.config(target.model.upstream).speech, !stream);
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: target.model, reason: ctx.routeName,
-    worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 },
+    worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 }, known: true,
   });
   // `extra` carries voice_settings.speed as OpenAI's `speed` (speech-params.ts).
   const upstreamBody = Buffer.from(JSON.stringify({

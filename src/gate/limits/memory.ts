@@ -1,6 +1,6 @@
 // The in-process limiter: the same admission, hold and pending-debit rules as the Redis scripts, for a single instance.
 import type { DebitJournal } from '../../ledger/journal.js';
-import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, PendingDebit } from './types.js';
+import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit } from './types.js';
 
 interface Bucket { tokens: number; ts: number }
 interface Spend { start: string; spent: bigint; version: bigint }
@@ -36,8 +36,8 @@ export class MemoryLimiter implements Limiter {
     for (const [rid, h] of acct.holds) if (h.exp <= now) this.drop(acct, rid);
     const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
     if (i.money) {
-      const refused = this.money(acct, i, mine.amount);
-      if (refused) return { ok: false, reason: refused };
+      const refused = this.money(acct, i, mine.amount, i.hold);
+      if (refused) return refused;
     }
     const rate = i.rpm / 60_000;
     const b = this.buckets.get(i.keyId) ?? { tokens: i.rpm, ts: now };
@@ -63,8 +63,8 @@ export class MemoryLimiter implements Limiter {
     const h = acct.holds.get(i.holdId);
     if (!h) return { ok: false, reason: 'missing' };
     const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
-    const refused = this.money(acct, i, mine.amount);
-    if (refused) return { ok: false, reason: refused };
+    const refused = this.money(acct, i, mine.amount, i.amount);
+    if (refused) return refused;
     if (i.rpm !== undefined) {
       // A session's billed unit counts as a request: it takes a token of the key's rpm.
       const now = Date.now();
@@ -84,8 +84,11 @@ export class MemoryLimiter implements Limiter {
     return { ok: true };
   }
 
-  /** The balance and ceiling rule: the newest committed values, less every hold and pending debit. */
-  private money(acct: Account, i: Pick<AdmitInput, 'keyId' | 'balance' | 'ceiling' | 'spent'>, mine: bigint): 'insufficient_balance' | 'key_spend_limit_reached' | null {
+  /**
+   * The balance and ceiling rule: the newest committed values, less every hold and pending debit,
+   * must be above zero; with `cover`, they must also cover `need` (this request's hold).
+   */
+  private money(acct: Account, i: Pick<AdmitInput, 'keyId' | 'balance' | 'ceiling' | 'spent' | 'cover'>, mine: bigint, need: bigint): MoneyRefusal | null {
     if (!acct.balance || acct.balance.version < i.balance.version) acct.balance = { ...i.balance };
     const field = `${i.spent.period}:${i.keyId}`;
     const cur = acct.spends.get(field);
@@ -94,8 +97,11 @@ export class MemoryLimiter implements Limiter {
     }
     const s = acct.spends.get(field)!;
     const spent = s.start === i.spent.start ? s.spent : 0n;
-    if (acct.balance.amount - acct.total <= 0n) return 'insufficient_balance';
-    if (i.ceiling !== null && spent + mine >= i.ceiling) return 'key_spend_limit_reached';
+    const available = acct.balance.amount - acct.total;
+    if (available <= 0n || (i.cover && available < need)) return { ok: false, reason: 'insufficient_balance', available };
+    if (i.ceiling === null) return null;
+    const left = i.ceiling - spent - mine;
+    if (left <= 0n || (i.cover && left < need)) return { ok: false, reason: 'key_spend_limit_reached', available: left };
     return null;
   }
 

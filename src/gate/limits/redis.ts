@@ -50,23 +50,27 @@ local function newer_spend(sum, field, start, spent, ver)
   redis.call('HSET', sum, field, start .. '|' .. spent .. '|' .. ver)
 end
 -- The money rule (admission and extension alike): takes the committed balance and spend passed in if
--- newer, then 0 = room left, 1 = balance used up by holds and pending debits, 2 = the key's ceiling reached.
-local function money(sum, k, bal, bver, ceiling, field, start, spent, sver)
+-- newer, then 0 = room left, 1 = balance used up by holds and pending debits, 2 = the key's ceiling reached,
+-- with what was left. With cover = '1', what is left must also cover need (this request's known cost).
+local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need, cover)
   newer_balance(sum, bal, bver)
   newer_spend(sum, field, start, spent, sver)
   local v = redis.call('HMGET', sum, 'bal', 'total', 'a:' .. k, field)
-  if tonumber(v[1]) - tonumber(v[2] or '0') <= 0 then return 1 end
+  local avail = tonumber(v[1]) - tonumber(v[2] or '0')
+  if avail <= 0 or (cover == '1' and avail < tonumber(need)) then return 1, avail end
+  if ceiling == '' then return 0, 0 end
   local s0, used = string.match(v[4], '^([^|]*)|(%d+)|')
   if s0 ~= start then used = '0' end
-  if ceiling ~= '' and tonumber(used) + tonumber(v[3] or '0') >= tonumber(ceiling) then return 2 end
-  return 0
+  local left = tonumber(ceiling) - tonumber(used) - tonumber(v[3] or '0')
+  if left <= 0 or (cover == '1' and left < tonumber(need)) then return 2, left end
+  return 0, 0
 end
 local function idle_expiry(sum, pend, ms)
   if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
 end
 `;
 
-// KEYS: sum holds exp run pend bucket. ARGV: hold key amount rpm conc money bal bver ceiling field start spent sver ttl owner
+// KEYS: sum holds exp run pend bucket. ARGV: hold key amount rpm conc money bal bver ceiling field start spent sver ttl owner cover
 const ADMIT = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -76,8 +80,8 @@ local rpm, conc, withMoney = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local ttl, owner = tonumber(ARGV[14]), ARGV[15]
 for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do drop(sum, holds, exp, run, r) end
 if withMoney == '1' then
-  local m = money(sum, kid, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13])
-  if m ~= 0 then return {m} end
+  local m, left = money(sum, kid, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], hold, ARGV[16])
+  if m ~= 0 then return {m, string.format('%d', left)} end
 end
 local b = redis.call('HMGET', rb, 't', 'ts')
 local rate = rpm / 60000
@@ -107,7 +111,7 @@ idle_expiry(sum, pend, ttl + 60000)
 return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
 `;
 
-// KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token)
+// KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token) cover
 const EXTEND = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -115,8 +119,8 @@ local sum, holds, exp, rb = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local rec = redis.call('HGET', holds, ARGV[1])
 if not rec then return {3} end
 local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
-local m = money(sum, k, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9])
-if m ~= 0 then return {m} end
+local m, left = money(sum, k, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2], ARGV[12])
+if m ~= 0 then return {m, string.format('%d', left)} end
 if ARGV[11] ~= '' then
   -- A session's billed unit counts as a request: it takes a token of the key's rpm.
   local rpm = tonumber(ARGV[11])
@@ -260,9 +264,9 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LI
 `;
 
 type Scripted = Redis & {
-  tgAdmit(...args: string[]): Promise<number[]>;
+  tgAdmit(...args: string[]): Promise<(number | string)[]>;
   tgRelease(...args: string[]): Promise<number>;
-  tgExtend(...args: string[]): Promise<number[]>;
+  tgExtend(...args: string[]): Promise<(number | string)[]>;
   tgShrink(...args: string[]): Promise<number>;
   tgSettle(...args: string[]): Promise<number>;
   tgCommitted(...args: string[]): Promise<number>;
@@ -369,13 +373,13 @@ export class RedisLimiter implements Limiter {
     const r = await this.redis.tgAdmit(sum, holds, exp, run, pend, `${this.prefix}rpm:${i.keyId}`,
       i.holdId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.money ? '1' : '0',
       i.balance.amount.toString(), i.balance.version.toString(), i.ceiling === null ? '' : i.ceiling.toString(),
-      field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs), this.owner);
+      field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs), this.owner, i.cover ? '1' : '');
     switch (r[0]) {
-      case 0: return { ok: true, remaining: r[1]!, resetMs: r[2]! };
-      case 1: return { ok: false, reason: 'insufficient_balance' };
-      case 2: return { ok: false, reason: 'key_spend_limit_reached' };
-      case 3: return { ok: false, reason: 'rate_limit_exceeded', remaining: 0, resetMs: r[2]!, retryMs: r[3]! };
-      default: return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: r[1]!, remaining: r[2]!, resetMs: r[3]! };
+      case 0: return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]) };
+      case 1: return { ok: false, reason: 'insufficient_balance', available: BigInt(r[1]!) };
+      case 2: return { ok: false, reason: 'key_spend_limit_reached', available: BigInt(r[1]!) };
+      case 3: return { ok: false, reason: 'rate_limit_exceeded', remaining: 0, resetMs: Number(r[2]), retryMs: Number(r[3]) };
+      default: return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: Number(r[1]), remaining: Number(r[2]), resetMs: Number(r[3]) };
     }
   }
 
@@ -384,12 +388,12 @@ export class RedisLimiter implements Limiter {
     const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
     const r = await this.redis.tgExtend(sum, holds, exp, `${this.prefix}rpm:${i.keyId}`, i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
       i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs),
-      i.rpm === undefined ? '' : String(i.rpm));
+      i.rpm === undefined ? '' : String(i.rpm), i.cover ? '1' : '');
     switch (r[0]) {
       case 0: return { ok: true };
-      case 1: return { ok: false, reason: 'insufficient_balance' };
-      case 2: return { ok: false, reason: 'key_spend_limit_reached' };
-      case 4: return { ok: false, reason: 'rate_limit_exceeded', retryMs: r[1]! };
+      case 1: return { ok: false, reason: 'insufficient_balance', available: BigInt(r[1]!) };
+      case 2: return { ok: false, reason: 'key_spend_limit_reached', available: BigInt(r[1]!) };
+      case 4: return { ok: false, reason: 'rate_limit_exceeded', retryMs: Number(r[1]) };
       default: return { ok: false, reason: 'missing' };
     }
   }

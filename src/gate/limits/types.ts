@@ -19,22 +19,32 @@ export interface AdmitInput {
   ceiling: bigint | null;   // the key's spend limit for its period, or none
   spent: PeriodSpend;       // the key's committed spend in that period as this instance knows it
   ttlMs: number;            // a hold whose owner is alive but lost it is dropped after this
+  /**
+   * The hold is a known or bounded cost (characters to speak, measured audio, a chat's max_tokens):
+   * it must fit in what is left (the balance less other holds and pending debits, and the ceiling's
+   * remainder), not only find both above zero.
+   */
+  cover?: boolean;
 }
 
-export type ExtendInput = Pick<AdmitInput, 'holdId' | 'accountId' | 'keyId' | 'balance' | 'ceiling' | 'spent' | 'ttlMs'> & {
+export type ExtendInput = Pick<AdmitInput, 'holdId' | 'accountId' | 'keyId' | 'balance' | 'ceiling' | 'spent' | 'ttlMs' | 'cover'> & {
   amount: bigint;
   /** The key's rpm, when this extension is a billed unit of a session that counts as a request (it takes a token). */
   rpm?: number;
 };
 
+/** A money refusal: what was left (the balance less holds and pending debits, or the ceiling's remainder) when it was asked. */
+export interface MoneyRefusal { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached'; available: bigint }
+
 export type ExtendOutcome =
   | { ok: true }
-  | { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached' | 'missing' }
+  | MoneyRefusal
+  | { ok: false; reason: 'missing' }
   | { ok: false; reason: 'rate_limit_exceeded'; retryMs: number };
 
 export type AdmitOutcome =
   | { ok: true; remaining: number; resetMs: number }
-  | { ok: false; reason: 'insufficient_balance' | 'key_spend_limit_reached' }
+  | MoneyRefusal
   | { ok: false; reason: 'rate_limit_exceeded'; remaining: number; resetMs: number; retryMs: number }
   | { ok: false; reason: 'concurrency_limit_exceeded'; inFlight: number; remaining: number; resetMs: number };
 
