@@ -123,3 +123,20 @@ test('without ffmpeg: frame-counted containers are still billed by their frames;
   }
   await assertInvariants(assert, gw, account);
 });
+
+test('a measured audio cost the balance cannot cover is refused with 402 on every audio-input route, before the upstream, nothing billed', async (t) => {
+  const gw = await startGateway(t);
+  // $0.001: 60 s costs $0.006 to transcribe and $0.18 to convert, so none of the three fits.
+  const { key, account } = await gw.account('0.001');
+  const minute = wav(Buffer.alloc(60 * 16_000 * 2), 16_000);
+  for (const [name, route] of Object.entries(ROUTES)) {
+    const r = await route.send(gw, key, minute, 'minute.wav');
+    assert.equal(r.status, 402, `${name}: ${r.body.toString().slice(0, 300)}`);
+    assert.match(r.body.toString(), /needs up to \$0\.\d+ \(\d+ nd\); \$0\.001 \(1000000 nd\) is available/, name);
+  }
+  assert.equal(await balance(gw, key), 1_000_000n, 'nothing billed');
+  // What the balance covers still runs: one second of audio.
+  const second = await ROUTES['alpha transcriptions'].send(gw, key, wav(Buffer.alloc(16_000 * 2), 16_000), 'second.wav');
+  assert.equal(second.status, 200, second.body.toString());
+  await assertInvariants(assert, gw, account);
+});

@@ -78,8 +78,8 @@ export async function audioExchange(s: Services, ctx: Ctx, x: {
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model: x.model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: x.bill.characters ?? 0, audioInMs: x.bill.audioInMs ?? 0, audioOutMs: 0 },
-    // The characters to speak are known: a hold the balance cannot cover is refused.
-    known: x.bill.characters !== undefined,
+    // The characters to speak, or the audio measured before the hold, are known: a hold the balance cannot cover is refused.
+    known: true,
   });
   await relayCall(s.upstreams, {
     down: ctx, charge, meter: x.meter ?? new WholeInputMeter(x.mode, x.bill, x.contentType), convert: x.convert, requestId: ctx.requestId,

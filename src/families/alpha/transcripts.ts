@@ -78,6 +78,9 @@ async function rendered(s: Services, ctx: Ctx, x: { model: ModelConfig; path: st
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: x.audioMs, audioOutMs: 0 },
+
+    // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).
+    known: true,
   });
   const secs = x.audioMs / 1000;
   const meter = plan.events

@@ -63,6 +63,9 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },
+
+    // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).
+    known: true,
   });
   const parts: FormPart[] = [
     { name: 'file', filename: audio.filename || 'audio', contentType: audio.mimeType || 'application/octet-stream', data: audio.data },

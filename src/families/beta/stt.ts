@@ -56,6 +56,9 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },
+
+    // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).
+    known: true,
   });
   const parts: FormPart[] = [
     rawPcm
