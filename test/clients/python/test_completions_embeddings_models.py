@@ -106,7 +106,7 @@ def test_the_model_list_shows_the_simulated_models_and_matches_the_spec(client, 
 
     models = list(raw.parse())
     ids = [m.id for m in models]
-    assert sorted(ids) == ["sim-chat", "sim-embed", "sim-reasoner", "sim-sts", "sim-stt", "sim-tts", "sim-tts-clone"]
+    assert sorted(ids) == ["sim-chat", "sim-embed", "sim-realtime", "sim-reasoner", "sim-sts", "sim-stt", "sim-tts", "sim-tts-clone"]
     for m in models:
         assert m.object == "model"
         assert m.owned_by == "tollgate-sim"
