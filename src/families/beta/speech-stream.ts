@@ -29,7 +29,7 @@ export const GOING_AWAY = 1001;
 export const POLICY = 1008;
 export const UPSTREAM_FAILED = 1011;
 
-/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 (api-notes A2, A12). */
+/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 (docs/elevenlabs.md, "output_format on REST and on the WebSocket"). */
 export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f !== 'pcm_48000');
 
 export interface StreamOptions {
