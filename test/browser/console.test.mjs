@@ -156,7 +156,7 @@ test('a person signs up, creates a key, tops up, sees usage and revokes the key 
   assert.equal(cells[4], `${usage.prompt_tokens} in · ${usage.completion_tokens} out`);
   assert.equal(cells[5], usd(cost));
   const today = new Date().toISOString().slice(0, 10);
-  assert.equal(await page.locator('#by-product svg rect title').first().textContent(), `${today} · chat.completions · ${usd(cost)}`);
+  assert.equal(await page.locator('#by-product svg rect title').first().textContent(), `${today} · chat · ${usd(cost)}`);
   assert.equal(await page.locator('#by-key svg rect title').first().textContent(), `${today} · ${prefix}… (browser test) · ${usd(cost)}`);
   await shot('usage');
 

@@ -42,7 +42,7 @@ export function realtimeRoute(s: Services, secrets?: SecretAuthenticator): Socke
       if (model.passthrough) return openPassthrough(s, req, key!, socket, model, minted);
       const audio = audioModels(s);
       // The session is admitted now (balance, ceiling, rpm, its concurrency slot) with nothing held.
-      const charge = await Charge.open(s, { key: key!, id: socket.id, model: { id: model.id, prices: sessionPrices(model, audio) }, reason: 'realtime',
+      const charge = await Charge.open(s, { key: key!, id: socket.id, model: { id: model.id, prices: sessionPrices(model, audio) }, reason: 'realtime.response',
         worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0 } });
       let session = defaultSession(socket.id, model.id, audio.tts !== undefined);
       // A session opened with a client secret starts with the configuration the secret was minted with.

@@ -8,7 +8,7 @@ import {
   voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 
-const REASON = 'tts.stream_input';
+const REASON = 'beta.tts.stream_input';
 
 export function streamInputRoute(s: Services): SocketRoute {
   return {
