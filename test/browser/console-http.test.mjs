@@ -242,14 +242,15 @@ for (const store of ['pglite', 'postgres']) {
     assert.match(r.headers['content-disposition'], /attachment; filename="tollgate-ledger\.csv"/);
     assert.ok(r.text.includes('"refund, ""goodwill""\nsecond line"'), 'quotes doubled and the field quoted');
     const rows = parseCsv(r.text);
-    assert.deepEqual(rows[0], ['time', 'kind', 'amount_usd', 'reason', 'model', 'key_prefix', 'input_tokens', 'output_tokens', 'request_id']);
+    assert.deepEqual(rows[0], ['time', 'kind', 'amount_usd', 'reason', 'model', 'key_prefix', 'input_tokens', 'output_tokens', 'request_id',
+      'characters', 'audio_seconds_in', 'audio_seconds_out', 'audio_input_tokens', 'audio_output_tokens', 'cached_input_tokens']);
     assert.equal(rows.length, 4);
     const [, refund, formula, debit] = rows;
     assert.deepEqual(refund.slice(1, 6), ['credit', '2.5', reason, '', '']);
     assert.equal(refund[8], '', 'a credit names no request');
     assert.deepEqual(formula.slice(1, 4), ['credit', '0.000000001', `'=HYPERLINK("http://evil")`]);
     assert.deepEqual(debit.slice(1, 2), ['debit']);
-    assert.deepEqual(debit.slice(3), ['chat.completions', 'sim-chat', prefix, String(usage.prompt_tokens), String(usage.completion_tokens), requestId]);
+    assert.deepEqual(debit.slice(3), ['chat.completions', 'sim-chat', prefix, String(usage.prompt_tokens), String(usage.completion_tokens), requestId, '', '', '', '', '', '']);
     assert.match(requestId, /^req_/);
     assert.ok(!Number.isNaN(Date.parse(debit[0])));
     const show = await gw.cli('account', 'show', account);
