@@ -97,7 +97,8 @@ async function serve(flags: OpArgs): Promise<void> {
 
 /** The start-up lines: a headline, the API and console URLs, and how to get a key (commands that work as printed). */
 function banner(headline: string, base: string, keyLines: string[]): string[] {
-  return [headline, `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1)`, `  Console:               ${base}/console`, ...keyLines];
+  return [headline, `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1; key in Authorization: Bearer)`,
+    `  ElevenLabs-shaped API: ${base}/beta   (key in the xi-api-key header)`, `  Console:               ${base}/console`, ...keyLines];
 }
 
 type Cli = (args: string) => string;

@@ -209,7 +209,7 @@ export const SANDBOX_SECRET_ENV = 'TOLLGATE_SANDBOX_WEBHOOK_SECRET';
 /** What sim's speech takes besides its text (docs/upstreams.md, "sim's round trip"). */
 const SIM_SPEECH_PARAMS: SpeechParam[] = ['seed', 'language_code', 'previous_text', 'next_text'];
 
-/** The embedded default: simulated chat (priced as the seed's 27B model), embedding, text-to-speech and transcription models. */
+/** The embedded default: simulated chat (priced as the seed's 27B model), embedding, text-to-speech, voice conversion, realtime and transcription models. */
 export const EMBEDDED_DEFAULT: unknown = {
   upstreams: { sim: { sim: {} } },
   models: [
@@ -229,6 +229,10 @@ export const EMBEDDED_DEFAULT: unknown = {
     { id: 'sim-tts', upstream: 'sim', kind: 'tts', simulated: true, speech_params: SIM_SPEECH_PARAMS,
       aliases: ['tts-1', 'tts-1-hd', 'gpt-4o-mini-tts', 'eleven_multilingual_v2', 'eleven_v3', 'eleven_flash_v2_5', 'eleven_flash_v2', 'eleven_turbo_v2_5', 'eleven_turbo_v2', 'eleven_monolingual_v1', 'eleven_multilingual_v1'],
       description: 'Simulated text-to-speech model (test infrastructure), priced as OpenAI tts-1 ($15 per million characters)', per_mchar: '15' },
+    { id: 'sim-realtime', upstream: 'sim', upstream_model: 'sim-chat', kind: 'realtime', simulated: true,
+      aliases: ['gpt-realtime', 'gpt-4o-realtime-preview', 'gpt-4o-mini-realtime-preview'],
+      description: 'Simulated realtime model (test infrastructure): audio in by the minute, text tokens, and the characters it speaks',
+      audio_in_per_minute: '0.06', input_per_mtok: '4.00', output_per_mtok: '16.00', per_mchar: '15', max_output_tokens: 4096 },
     { id: 'sim-stt', upstream: 'sim', kind: 'stt', simulated: true,
       aliases: ['whisper-1', 'gpt-4o-transcribe', 'gpt-4o-mini-transcribe', 'scribe_v1', 'scribe_v1_experimental', 'scribe_v2'],
       description: 'Simulated transcription model (test infrastructure), priced as OpenAI whisper-1 ($0.006 per audio minute)', audio_in_per_minute: '0.006' },

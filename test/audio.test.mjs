@@ -233,3 +233,34 @@ test('a voice the account cloned speaks by id or {"id"} with the clone model at 
   await assertInvariants(assert, gw, a.account);
   await assertInvariants(assert, gw, b.account);
 });
+
+/** A WAV of `ms` milliseconds of quiet noise (16-bit mono at 24 kHz). */
+function wavOf(ms) {
+  const samples = (24_000 * ms) / 1000;
+  const b = Buffer.alloc(44 + samples * 2);
+  b.write('RIFF', 0); b.writeUInt32LE(36 + samples * 2, 4); b.write('WAVEfmt ', 8); b.writeUInt32LE(16, 16);
+  b.writeUInt16LE(1, 20); b.writeUInt16LE(1, 22); b.writeUInt32LE(24_000, 24); b.writeUInt32LE(48_000, 28);
+  b.writeUInt16LE(2, 32); b.writeUInt16LE(16, 34); b.write('data', 36); b.writeUInt32LE(samples * 2, 40);
+  for (let i = 0; i < samples; i++) b.writeInt16LE((i * 7919) % 200 - 100, 44 + i * 2);
+  return b;
+}
+
+test('a transcription reports the seconds it is billed: usage.seconds 2.58 for a 2.58 s file billed 2,580 ms, in json and verbose_json, passed through or made by Tollgate', async (t) => {
+  const gw = await startGateway(t, { ...OPTS, models: [{ id: 'sim-stt', upstream: 'sim', kind: 'stt', aliases: ['whisper-1'], audio_in_per_minute: '0.006' },
+    { id: 'verbose-only-stt', upstream: 'verboseonly', kind: 'stt', upstream_model: 'sim-stt', audio_in_per_minute: '0.006' }],
+  upstreams: { sim: { sim: {} }, verboseonly: { sim: { transcription: { response_formats: ['verbose_json'], stream: false } }, transcription: { response_formats: ['verbose_json'], stream: false } } } });
+  const { key, account } = await gw.account('10');
+  const wav = wavOf(2580);
+  for (const [model, format] of [['whisper-1', 'json'], ['whisper-1', 'verbose_json'], ['verbose-only-stt', 'json']]) {
+    const before = await balanceNano(gw, account);
+    const r = await upload(gw, key, '/v1/audio/transcriptions', wav, 'a.wav', { model, response_format: format });
+    const body = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(body));
+    assert.deepEqual(body.usage, { type: 'duration', seconds: 2.58 }, `${model} ${format}`);
+    await expectSpent(gw, account, before, 2580n * PER_MS);
+  }
+  // A translation has no usage in OpenAI's shape.
+  const tr = await (await upload(gw, key, '/v1/audio/translations', wav, 'a.wav')).json();
+  assert.equal(tr.usage, undefined);
+  await assertInvariants(assert, gw, account);
+});

@@ -406,3 +406,28 @@ test('batch and file lists are written a page at a time and read whole: 45 batch
   const files = await (await gw.fetch('/v1/files', { headers: bearer(key) })).json();
   assert.deepEqual(files, { object: 'list', data: [files.data[0]], first_id: file.id, last_id: file.id, has_more: false });
 });
+
+test('a batch asked by an alias names its model by the Tollgate id, as its lines do; a cancelled batch\'s error lines are written as every other line (one JSON formatting)', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', env: FAST, upstreams: { sim: { sim: { token_delay_ms: 20 } } }, batches: { concurrency: 2 } });
+  const { account, key } = await gw.account('5', { scopes: 'llm,batch' });
+  const lines = Array.from({ length: 120 }, (_, i) => chatLine(i, { model: 'tollgate-27b' }));
+  // One line that cannot run: a request error line, written by the worker.
+  lines.push({ ...chatLine(999), body: { ...chatLine(999).body, model: 'tollgate-27b', audio: { voice: 'alloy', format: 'mp3' } } });
+  const file = await (await upload(gw, key, jsonl(lines))).json();
+  const created = await (await createBatch(gw, key, file.id)).json();
+  const running = await waitFor(gw, key, created.id, (b) => b.request_counts.completed >= 3);
+  assert.equal(running.model, 'sim-chat');
+  assert.equal((await (await gw.fetch('/v1/batches', { headers: bearer(key) })).json()).data[0].model, 'sim-chat');
+  await gw.fetch(`/v1/batches/${created.id}/cancel`, { method: 'POST', headers: bearer(key) });
+  const b = await waitFor(gw, key, created.id);
+  assert.equal(b.status, 'cancelled');
+  assert.equal(b.model, 'sim-chat');
+  const out = await content(gw, key, b.output_file_id);
+  assert.ok(out.length > 0 && out.every((o) => o.response.body.model === 'sim-chat'));
+  const raw = (await (await gw.fetch(`/v1/files/${b.error_file_id}/content`, { headers: bearer(key) })).text()).split('\n').filter(Boolean);
+  const cancelled = raw.filter((l) => JSON.parse(l).error?.code === 'batch_cancelled');
+  assert.ok(cancelled.length > 0);
+  for (const l of raw) assert.equal(l, JSON.stringify(JSON.parse(l)));
+  assert.deepEqual(Object.keys(JSON.parse(cancelled[0])), ['id', 'custom_id', 'response', 'error']);
+  await assertInvariants(assert, gw, account);
+});

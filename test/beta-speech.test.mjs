@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { parseBuffer } from 'music-metadata';
 import { startGateway, assertInvariants, dollarsToNano } from './helpers/gateway.mjs';
 
-const GEORGE = 'JBFqnCBsd6RMkjVDRZzb'; // a premade voice (api-notes A11)
+const GEORGE = 'JBFqnCBsd6RMkjVDRZzb'; // a premade voice (docs/elevenlabs.md, premade voices)
 const PER_CHAR_ND = 15_000n; // sim-tts: $15 per 1M characters
 const CLONE_PER_CHAR_ND = 30_000n; // sim-tts-clone: $30 per 1M characters
 const STS_PER_MIN_ND = 180_000_000n; // sim-sts: $0.18 per minute

@@ -47,7 +47,7 @@ test('text to speech refuses bad requests in the family envelope, before any ups
   await assertInvariants(assert, gw, account);
 });
 
-const RACHEL = '21m00Tcm4TlvDq8ikWAM'; // a premade voice (api-notes A11)
+const RACHEL = '21m00Tcm4TlvDq8ikWAM'; // a premade voice (docs/elevenlabs.md, premade voices)
 
 /** An OpenAI-compatible speech host that records each request's JSON and answers 0.1 s of 24 kHz PCM. */
 async function recordingHost(t) {

@@ -7,7 +7,7 @@ import http from 'node:http';
 import WebSocket from 'ws';
 import { startGateway, assertInvariants, dollarsToNano } from './helpers/gateway.mjs';
 
-const RACHEL = '21m00Tcm4TlvDq8ikWAM'; // a premade voice (api-notes A11)
+const RACHEL = '21m00Tcm4TlvDq8ikWAM'; // a premade voice (docs/elevenlabs.md, premade voices)
 const DEFAULTS = { stability: 0.5, similarity_boost: 0.75, style: 0, use_speaker_boost: true };
 function xi(key, extra = {}) { return { 'xi-api-key': key, ...extra }; }
 const json = { 'content-type': 'application/json' };

@@ -139,3 +139,18 @@ test('a CLI run that would make a new embedded store says where it writes, and o
   const quiet = await run(process.execPath, [CLI, 'account', 'list', '--json'], { cwd, env: env() });
   assert.equal(quiet.stderr, '', 'an existing store is used without a word');
 });
+
+test('the banner prints both families\' base URLs with the header each takes, and the ElevenLabs one answers with the printed key', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const out = gw.output.stdout;
+  const line = out.split('\n').find((l) => l.trimStart().startsWith('ElevenLabs-shaped API:'));
+  assert.ok(line, out);
+  const m = /^\s*ElevenLabs-shaped API:\s+(http:\/\/127\.0\.0\.1:\d+\/beta)\s+\(key in the xi-api-key header\)$/.exec(line);
+  assert.ok(m, line);
+  assert.match(out, /OpenAI-shaped API:\s+http:\/\/127\.0\.0\.1:\d+\/v1 .*Authorization: Bearer/);
+  const key = /API key \(shown once\):\s+(svc_live_\w+)/.exec(out)?.[1];
+  assert.ok(key, out);
+  const r = await fetch(`${m[1]}/v1/models`, { headers: { 'xi-api-key': key } });
+  assert.equal(r.status, 200);
+  assert.ok(Array.isArray(await r.json()));
+});

@@ -730,3 +730,40 @@ test('speech chunks: cut just after a sentence end followed by a space (at least
   const cut = sentenceCut(runOn);
   assert.ok(cut > 0 && cut <= 400 && runOn[cut] === ' ', `a run-on is cut at a space (${cut})`);
 });
+
+test('the embedded default serves OpenAI\'s quickstart model names: gpt-realtime (and the preview names) open a session on sim-realtime, a text turn billed at its token prices', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const { key, account } = await gw.account('1');
+  for (const name of ['gpt-realtime', 'gpt-4o-realtime-preview', 'gpt-4o-mini-realtime-preview']) {
+    const before = await balanceNano(gw, account);
+    const s = await connect(wsUrl(gw, '/v1/realtime', name), { headers: { authorization: `Bearer ${key}` } });
+    assert.ok(s.ws, `${name}: ${JSON.stringify(s.refused)}`);
+    assert.equal((await s.until((e) => e.type === 'session.created')).session.model, 'sim-realtime');
+    s.send(userText('Hello, realtime model.'));
+    s.send({ type: 'response.create', response: TEXT });
+    const done = await s.until((e) => e.type === 'response.done');
+    assert.equal(done.response.status, 'completed');
+    const u = done.response.usage;
+    // sim-realtime: $4 in, $16 out per million tokens.
+    const expected = priceNano(u.input_tokens, u.output_tokens, 4_000_000_000n, 16_000_000_000n);
+    assert.equal(await spentBecomes(gw, account, before, expected), expected);
+    s.ws.close();
+    await s.closed;
+  }
+  await assertInvariants(assert, gw, account);
+});
+
+test('a realtime model name that is not configured is refused with a suggestion of a model that opens a session, never a chat-only name', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const { key } = await gw.account('1');
+  const s = await connect(wsUrl(gw, '/v1/realtime', 'gpt-realtime-2'), { headers: { authorization: `Bearer ${key}` } });
+  assert.equal(s.refused?.status, 404);
+  assert.equal(s.refused.body.error.code, 'model_not_found');
+  assert.match(s.refused.body.error.message, /Did you mean `gpt-realtime`\?/);
+  // The chat routes suggest chat models only.
+  const r = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: chatBody({ model: 'gpt-realtime' }) });
+  assert.equal(r.status, 404);
+  const body = await r.json();
+  assert.doesNotMatch(body.error.message, /Did you mean `(gpt-realtime|gpt-4o[a-z-]*realtime[a-z-]*|sim-realtime)`/);
+});

@@ -45,6 +45,7 @@ main{padding:20px 16px 48px}
 .checks{flex-wrap:wrap;gap:8px 16px}
 .auth{margin:40px auto}.auth .card{padding:22px}
 th,td{padding:8px 10px}.scroll-x th,.scroll-x td{white-space:nowrap}
+.chart-wrap{overflow-x:auto;-webkit-overflow-scrolling:touch;direction:rtl}.chart{min-width:800px;direction:ltr}.chart .axis text{font-size:14px}
 }
 table{width:100%;border-collapse:collapse}
 th,td{padding:9px 14px;text-align:left;border-top:1px solid var(--border);vertical-align:middle}

@@ -6,7 +6,8 @@ export interface Series { name: string; values: bigint[] }
 
 const W = 960;
 const H = 240;
-const M = { left: 72, right: 8, top: 10, bottom: 26 };
+// The amounts are labelled on both sides: a phone shows the chart's newest (right) end first and scrolls to the rest.
+const M = { left: 72, right: 72, top: 10, bottom: 26 };
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
 export const MAX_SERIES = 8;
 
@@ -48,7 +49,7 @@ export function stackedBars(title: string, days: string[], series: Series[]): Ht
   const grid = Array.from({ length: ticks + 1 }, (_, i) => {
     const v = step * BigInt(i);
     const yy = y(v).toFixed(1);
-    return html`<line x1="${M.left}" x2="${W - M.right}" y1="${yy}" y2="${yy}"/><text x="${M.left - 8}" y="${yy}" dy="4" text-anchor="end">${usd(v)}</text>`;
+    return html`<line x1="${M.left}" x2="${W - M.right}" y1="${yy}" y2="${yy}"/><text x="${M.left - 8}" y="${yy}" dy="4" text-anchor="end">${usd(v)}</text><text x="${W - M.right + 8}" y="${yy}" dy="4" text-anchor="start">${usd(v)}</text>`;
   });
   const xLabels = days.map((d, i) => (i % 5 === (days.length - 1) % 5
     ? html`<text x="${(M.left + slot * i + slot / 2).toFixed(1)}" y="${H - 8}" text-anchor="middle">${dayLabel(d)}</text>` : ''));

@@ -162,19 +162,31 @@ export interface LedgerRow {
   keyPrefix: string | null;
   inputTokens: number | null;
   outputTokens: number | null;
+  /** The other units the debit was priced by (the ledger's `usage`), null where it has none. */
+  characters: number | null;
+  audioSecondsIn: number | null;
+  audioSecondsOut: number | null;
+  audioInputTokens: number | null;
+  audioOutputTokens: number | null;
+  cachedInputTokens: number | null;
   /** A debit's request (its `x-request-id`); null for credits. */
   requestId: string | null;
 }
 
 const LEDGER_COLS = `l.id, l.created_at, l.kind, l.amount_nd, l.reason, l.model, k.prefix, l.idem_key,
-  (l.usage->>'input_tokens')::bigint AS input_tokens, (l.usage->>'output_tokens')::bigint AS output_tokens`;
+  (l.usage->>'input_tokens')::bigint AS input_tokens, (l.usage->>'output_tokens')::bigint AS output_tokens,
+  (l.usage->>'characters')::bigint AS characters, (l.usage->>'audio_seconds_in')::float8 AS audio_seconds_in,
+  (l.usage->>'audio_seconds_out')::float8 AS audio_seconds_out, (l.usage->>'audio_input_tokens')::bigint AS audio_input_tokens,
+  (l.usage->>'audio_output_tokens')::bigint AS audio_output_tokens, (l.usage->>'cached_input_tokens')::bigint AS cached_input_tokens`;
 
 function toLedger(r: Record<string, unknown>): LedgerRow {
   const n = (v: unknown) => (v === null || v === undefined ? null : Number(v as bigint));
   return {
     id: r.id as bigint, at: r.created_at as Date, kind: r.kind as 'credit' | 'debit', amount: r.amount_nd as bigint,
     reason: r.reason as string, model: (r.model as string | null) ?? null, keyPrefix: (r.prefix as string | null) ?? null,
-    inputTokens: n(r.input_tokens), outputTokens: n(r.output_tokens),
+    inputTokens: n(r.input_tokens), outputTokens: n(r.output_tokens), characters: n(r.characters),
+    audioSecondsIn: n(r.audio_seconds_in), audioSecondsOut: n(r.audio_seconds_out),
+    audioInputTokens: n(r.audio_input_tokens), audioOutputTokens: n(r.audio_output_tokens), cachedInputTokens: n(r.cached_input_tokens),
     // A debit's idempotency key is its request id; a request settled in parts adds `#n` to it.
     requestId: r.kind === 'debit' ? (r.idem_key as string).split('#')[0]! : null,
   };

@@ -86,14 +86,14 @@ export class Charge {
    * after its part settled bills nothing twice. A session keeps one record at a time (the limiter
    * holds one per hold): parts that record must run one after another.
    */
-  progress(u: Usage, opts: { seq?: number } = {}): Promise<void> {
+  progress(u: Usage, opts: { seq?: number; reason?: string } = {}): Promise<void> {
     if (!this.progressDue(opts.seq)) return Promise.resolve();
     const cost = this.cost(u);
     if (cost === 0n) return Promise.resolve();
     this.progressAt = Date.now();
     this.progressSeq = opts.seq;
     this.recorded = true;
-    return this.hold.progress(this.debit(this.entry(u, cost, {}, opts.seq), opts.seq).debit);
+    return this.hold.progress(this.debit(this.entry(u, cost, {}, opts.seq, opts.reason), opts.seq).debit);
   }
 
   /** A running record has been written (or attempted) for this charge. */
@@ -108,9 +108,10 @@ export class Charge {
    * Prices `u` and makes its debit durable; the commit to PostgreSQL follows after. Final (the
    * default): the hold is freed. A part (`seq`, not final): the hold stays for what is to come, less
    * `covers` (what was held for this part: by default its cost), so held + billed never counts the
-   * same work twice. Zero usage bills nothing (a final one frees the hold).
+   * same work twice. Zero usage bills nothing (a final one frees the hold). `reason` names a part's kind
+   * in the ledger when a session has several (a realtime session's transcriptions and responses).
    */
-  async settle(u: Usage, opts: { seq?: number; final?: boolean; covers?: Nanodollars; extra?: Record<string, unknown> } = {}): Promise<{ cost: Nanodollars }> {
+  async settle(u: Usage, opts: { seq?: number; final?: boolean; covers?: Nanodollars; extra?: Record<string, unknown>; reason?: string } = {}): Promise<{ cost: Nanodollars }> {
     const final = opts.final ?? true;
     if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
     const cost = this.cost(u);
@@ -122,7 +123,7 @@ export class Charge {
       return { cost };
     }
     if (final) { this.state = 'settled'; this.endWatch(); }
-    const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq);
+    const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq, opts.reason);
     const { debit } = this.debit(entry, opts.seq);
     try {
       await this.hold.settle(debit, final, covered);
@@ -179,11 +180,11 @@ export class Charge {
     await this.hold.release();
   }
 
-  private entry(u: Usage, cost: Nanodollars, extra: Record<string, unknown>, seq?: number): LedgerEntry {
+  private entry(u: Usage, cost: Nanodollars, extra: Record<string, unknown>, seq?: number, reason?: string): LedgerEntry {
     return {
       idemKey: seq === undefined ? this.spec.id : `${this.spec.id}#${seq}`, nonce: this.nonce,
       accountId: this.spec.key.accountId, keyId: this.spec.key.id, kind: 'debit', amount: cost,
-      reason: this.spec.reason, model: this.spec.model.id, usage: usageRecord(u, extra), at: new Date(),
+      reason: reason ?? this.spec.reason, model: this.spec.model.id, usage: usageRecord(u, extra), at: new Date(),
     };
   }
 

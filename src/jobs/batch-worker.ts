@@ -146,7 +146,8 @@ export class BatchWorker {
         if (count > MAX_LINES) { err(lineNo, 'too_many_requests', `A batch holds at most ${MAX_LINES} requests.`); break; }
         const line = parseLine(raw, lineNo, b.endpoint, seen, err);
         if (!line) continue;
-        model ??= line.model;
+        // The batch names its model as its lines' replies do: by the Tollgate id an alias stands for.
+        model ??= line.model === null ? null : this.s.models.find(line.model)?.id ?? line.model;
         if (errors.length > 0) continue;
         group.push({ lineNo, customId: line.customId, body: line.body });
         if (group.length >= INSERT_GROUP) { await insertLines(this.s.db, b.id, group); group = []; }

@@ -16,15 +16,20 @@ export class ModelRegistry {
     return this.byName.get(name);
   }
 
-  /** The model for `name` of the wanted kind, or 404 model_not_found naming the nearest id. */
-  resolve(name: string, kind?: ModelConfig['kind']): ModelConfig {
+  /**
+   * The model for `name` of one of the wanted kinds, or 404 model_not_found naming the nearest id of
+   * those kinds (a route's suggestion is always a model that route serves).
+   */
+  resolve(name: string, kind?: ModelConfig['kind'] | readonly ModelConfig['kind'][]): ModelConfig {
+    const kinds = kind === undefined ? undefined : typeof kind === 'string' ? [kind] : kind;
+    const fits = (v: ModelConfig) => !kinds || kinds.includes(v.kind);
     const m = this.byName.get(name);
-    if (m && (!kind || m.kind === kind)) return m;
+    if (m && fits(m)) return m;
     // An id longer than any model's is no typo: no suggestion (the search is quadratic in the length).
-    const pool = [...this.byName.entries()].filter(([, v]) => !kind || v.kind === kind).map(([k]) => k);
+    const pool = [...this.byName.entries()].filter(([, v]) => fits(v)).map(([k]) => k);
     const near = name.length <= MAX_ID ? nearest(name, pool) : undefined;
     const hint = near ? ` Did you mean \`${near}\`?` : '';
-    const what = m ? ` is not a ${kind} model.` : ' does not exist.';
+    const what = m ? ` is not a ${kinds!.join(' or ')} model.` : ' does not exist.';
     throw new GatewayError({
       status: 404, code: 'model_not_found', param: 'model',
       message: `The model \`${shown(name)}\`${what}${hint}`,

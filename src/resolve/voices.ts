@@ -18,7 +18,7 @@ export interface PresetVoice {
 /** OpenAI's speech voices (the spec's VoiceIdsShared enumeration). */
 export const OPENAI_VOICES: readonly string[] = ['alloy', 'ash', 'ballad', 'coral', 'echo', 'fable', 'onyx', 'nova', 'sage', 'shimmer', 'verse', 'marin', 'cedar'];
 
-/** ElevenLabs' premade voices (api-notes A11): the current defaults, then the legacy ones named there. */
+/** ElevenLabs' premade voices (docs/elevenlabs.md, "Premade voices", from ElevenLabs' default voices page): the current defaults, then the legacy ones named there. */
 const ELEVENLABS_PREMADE: readonly [name: string, id: string, legacy: boolean][] = [
   ['Alice', 'Xb7hH8MSUJpSbSDYk0k2', false], ['Aria', '9BWtsMINqrJLrRacOk9x', false], ['Bill', 'pqHfZKP75CvOlQylNhV4', false],
   ['Brian', 'nPczCjzI2devNBz1zQrb', false], ['Callum', 'N2lVS1w4EtoT3dr4eOWO', false], ['Charlie', 'IKne3meq5aSn9XLyUdCD', false],

@@ -224,8 +224,9 @@ export async function claimClosing(db: Queryable, owner: string, leaseMs: number
 export async function closeLines(db: Queryable, batchId: string, code: string, message: string): Promise<number> {
   await db.query(`WITH l AS (
       UPDATE batch_lines SET state = 'done', ok = false,
-             output = json_build_object('id', 'batch_req_' || nonce, 'custom_id', custom_id, 'response', NULL,
-                                        'error', json_build_object('code', $2::text, 'message', $3::text))::text
+             -- Written as the worker writes every other line (JSON.stringify: no spaces, this key order).
+             output = '{"id":' || to_json('batch_req_' || nonce)::text || ',"custom_id":' || to_json(custom_id)::text
+                      || ',"response":null,"error":{"code":' || to_json($2::text)::text || ',"message":' || to_json($3::text)::text || '}}'
        WHERE batch_id = $1 AND state = 'pending' AND (lease_until IS NULL OR lease_until < now() OR lease_owner IS NULL) RETURNING 1)
     UPDATE batches SET failed = failed + (SELECT count(*) FROM l) WHERE id = $1`, [batchId, code, message]);
   const r = await db.query("SELECT count(*)::int AS n FROM batch_lines WHERE batch_id = $1 AND state = 'pending'", [batchId]);

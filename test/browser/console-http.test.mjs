@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes, createHash } from 'node:crypto';
 import pg from 'pg';
+import WebSocket from 'ws';
 import { join } from 'node:path';
 import { startGateway, bearer, chatBody, assertInvariants, ROOT } from '../helpers/gateway.mjs';
 import { ConsoleClient, parseCsv } from './client.mjs';
@@ -241,14 +242,15 @@ for (const store of ['pglite', 'postgres']) {
     assert.match(r.headers['content-disposition'], /attachment; filename="tollgate-ledger\.csv"/);
     assert.ok(r.text.includes('"refund, ""goodwill""\nsecond line"'), 'quotes doubled and the field quoted');
     const rows = parseCsv(r.text);
-    assert.deepEqual(rows[0], ['time', 'kind', 'amount_usd', 'reason', 'model', 'key_prefix', 'input_tokens', 'output_tokens', 'request_id']);
+    assert.deepEqual(rows[0], ['time', 'kind', 'amount_usd', 'reason', 'model', 'key_prefix', 'input_tokens', 'output_tokens', 'request_id',
+      'characters', 'audio_seconds_in', 'audio_seconds_out', 'audio_input_tokens', 'audio_output_tokens', 'cached_input_tokens']);
     assert.equal(rows.length, 4);
     const [, refund, formula, debit] = rows;
     assert.deepEqual(refund.slice(1, 6), ['credit', '2.5', reason, '', '']);
     assert.equal(refund[8], '', 'a credit names no request');
     assert.deepEqual(formula.slice(1, 4), ['credit', '0.000000001', `'=HYPERLINK("http://evil")`]);
     assert.deepEqual(debit.slice(1, 2), ['debit']);
-    assert.deepEqual(debit.slice(3), ['chat.completions', 'sim-chat', prefix, String(usage.prompt_tokens), String(usage.completion_tokens), requestId]);
+    assert.deepEqual(debit.slice(3), ['chat.completions', 'sim-chat', prefix, String(usage.prompt_tokens), String(usage.completion_tokens), requestId, '', '', '', '', '', '']);
     assert.match(requestId, /^req_/);
     assert.ok(!Number.isNaN(Date.parse(debit[0])));
     const show = await gw.cli('account', 'show', account);
@@ -258,7 +260,84 @@ for (const store of ['pglite', 'postgres']) {
     // The same entries on the usage page: the table and the chart by product.
     const page = await c.request('/console/usage');
     assert.match(page.text, new RegExp(`<code>${prefix}…</code>`));
-    assert.match(page.text, /<title>\d{4}-\d\d-\d\d · chat\.completions · \$0\.\d+<\/title>/);
+    assert.match(page.text, /<title>\d{4}-\d\d-\d\d · chat · \$0\.\d+<\/title>/);
     await assertInvariants(assert, gw, account);
   });
 }
+
+/** Opens a WebSocket and resolves with it and its parsed frames once it closes or `done(frame)` holds. */
+function socket(url, headers, send, done) {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, { headers });
+    const frames = [];
+    ws.on('open', () => { for (const m of send) ws.send(JSON.stringify(m)); });
+    ws.on('message', (d) => { const f = JSON.parse(d.toString()); frames.push(f); if (done(f)) { ws.close(); } });
+    ws.on('close', () => resolve(frames));
+    ws.on('error', reject);
+  });
+}
+
+test('every debit shows the units it was priced by, under one naming of routes: characters, audio seconds, realtime transcription and response apart; the chart names products', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const c = new ConsoleClient(gw.url);
+  await c.signup(email());
+  const account = await c.accountId();
+  await gw.cli('account', 'credit', account, '--amount', '5');
+  const { key } = await gw.newKey(account, { scopes: 'llm,voice' });
+  const xi = { 'xi-api-key': key, 'content-type': 'application/json' };
+  const ws = gw.url.replace(/^http/, 'ws');
+  // Beta text to speech: 31 characters.
+  const text = 'Thirty-one characters are here.';
+  assert.equal((await gw.fetch('/beta/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb', { method: 'POST', headers: xi, body: JSON.stringify({ text }) })).status, 200);
+  // Stream-input: 20 characters spoken.
+  const said = 'Spoken on a socket. ';
+  const frames = await socket(`${ws}/beta/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb/stream-input?model_id=eleven_flash_v2_5`, { 'xi-api-key': key },
+    [{ text: ' ' }, { text: said, flush: true }, { text: '' }], (f) => f.isFinal === true);
+  assert.equal(frames.at(-1).isFinal, true);
+  // Speech as PCM, then a realtime session that transcribes it and answers.
+  const pcm = Buffer.from(await (await gw.fetch('/v1/audio/speech', { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tts-1', voice: 'alloy', input: 'Where is the station?', response_format: 'pcm' }) })).arrayBuffer());
+  const rt = await socket(`${ws}/v1/realtime?model=gpt-realtime`, bearer(key), [
+    { type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_audio', audio: pcm.toString('base64') }] } },
+    { type: 'response.create', response: { output_modalities: ['text'], max_output_tokens: 20 } },
+  ], (f) => f.type === 'response.done' || f.type === 'error');
+  const done = rt.find((f) => f.type === 'response.done');
+  assert.ok(done, JSON.stringify(rt.filter((f) => f.type === 'error')));
+  const heard = rt.find((f) => f.type === 'conversation.item.input_audio_transcription.completed').usage.seconds;
+  assert.equal((await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() })).status, 200);
+
+  let rows;
+  for (let i = 0; i < 60; i++) {
+    rows = parseCsv((await c.request('/console/billing/ledger.csv')).text);
+    if (rows.filter((r) => r[1] === 'debit').length >= 6) break;
+    await new Promise((res) => setTimeout(res, 100));
+  }
+  const header = rows[0];
+  assert.deepEqual(header.slice(9), ['characters', 'audio_seconds_in', 'audio_seconds_out', 'audio_input_tokens', 'audio_output_tokens', 'cached_input_tokens']);
+  const col = (row, name) => row[header.indexOf(name)];
+  const debit = (reason) => { const r = rows.filter((x) => x[3] === reason); assert.equal(r.length, 1, `${reason}: ${JSON.stringify(rows.map((x) => x[3]))}`); return r[0]; };
+  assert.equal(col(debit('beta.tts'), 'characters'), String([...text].length));
+  assert.ok(Number(col(debit('beta.tts.stream_input'), 'characters')) >= said.trim().length);
+  assert.equal(col(debit('audio.speech'), 'characters'), '21');
+  const tr = debit('realtime.transcription');
+  assert.equal(Number(col(tr, 'audio_seconds_in')), heard);
+  assert.equal(col(tr, 'input_tokens'), '0');
+  const resp = debit('realtime.response');
+  assert.equal(col(resp, 'input_tokens'), String(done.response.usage.input_tokens));
+  assert.equal(col(resp, 'output_tokens'), String(done.response.usage.output_tokens));
+  assert.equal(col(resp, 'audio_seconds_in'), '');
+  assert.ok(rows.every((r) => r[1] !== 'debit' || /^(beta\.|audio\.|realtime\.|chat\.completions$)/.test(r[3])), 'one scheme of route names');
+
+  // The usage table: no voice row reads "0 in · 0 out"; the realtime parts show audio and tokens apart; the chart names products.
+  const page = (await c.request('/console/usage')).text;
+  assert.doesNotMatch(page, /\b0 in · 0 out/);
+  assert.match(page, new RegExp(`<td>beta\\.tts</td><td>sim-tts</td><td class="num small">${[...text].length} chars</td>`));
+  assert.match(page, new RegExp(`<td>realtime\\.transcription</td><td>sim-realtime</td><td class="num small">${heard} s audio in</td>`));
+  assert.match(page, new RegExp(`<td>realtime\\.response</td><td>sim-realtime</td><td class="num small">${done.response.usage.input_tokens} in · ${done.response.usage.output_tokens} out</td>`));
+  for (const product of ['speech', 'realtime', 'chat']) assert.match(page, new RegExp(`<title>\\d{4}-\\d\\d-\\d\\d · ${product} · \\$`));
+  assert.doesNotMatch(page, / · other · /);
+  const { productOf } = await import(join(ROOT, 'dist', 'console', 'pages', 'usage.js'));
+  assert.deepEqual(['batch.chat.completions', 'batch.embeddings', 'responses', 'beta.sts.stream', 'beta.stt', 'embeddings'].map(productOf),
+    ['batch', 'batch', 'chat', 'voice changer', 'transcription', 'embeddings']);
+  await assertInvariants(assert, gw, account);
+});

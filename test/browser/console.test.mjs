@@ -156,7 +156,7 @@ test('a person signs up, creates a key, tops up, sees usage and revokes the key 
   assert.equal(cells[4], `${usage.prompt_tokens} in · ${usage.completion_tokens} out`);
   assert.equal(cells[5], usd(cost));
   const today = new Date().toISOString().slice(0, 10);
-  assert.equal(await page.locator('#by-product svg rect title').first().textContent(), `${today} · chat.completions · ${usd(cost)}`);
+  assert.equal(await page.locator('#by-product svg rect title').first().textContent(), `${today} · chat · ${usd(cost)}`);
   assert.equal(await page.locator('#by-key svg rect title').first().textContent(), `${today} · ${prefix}… (browser test) · ${usd(cost)}`);
   await shot('usage');
 
@@ -287,4 +287,23 @@ test('every console page fits a 390-pixel-wide phone screen: nothing sticks out 
   const scroller = await page.locator('table').first().evaluate((t) => { const p = t.parentElement; return { box: p.clientWidth, content: p.scrollWidth, overflow: window.getComputedStyle(p).overflowX }; });
   assert.equal(scroller.overflow, 'auto');
   assert.ok(scroller.box <= 390, JSON.stringify(scroller));
+  // The usage charts stay readable: their labels at least 10 px tall on screen, the chart scrolling inside its card.
+  await page.goto(`${gw.url}/console/usage`);
+  for (const id of ['by-key', 'by-product']) {
+    const chart = await page.locator(`#${id} .chart-wrap`).evaluate((w) => {
+      const labels = [...w.querySelectorAll('.axis text')].map((t) => t.getBoundingClientRect().height);
+      // The newest days (the right end) show first; the older ones scroll into view.
+      const days = [...w.querySelectorAll('.axis text[text-anchor=middle]')];
+      const last = days.at(-1)?.getBoundingClientRect();
+      const box = w.getBoundingClientRect();
+      return { box: w.clientWidth, overflow: window.getComputedStyle(w).overflowX, smallest: Math.min(...labels), labels: labels.length,
+        newestShown: last !== undefined && last.left >= box.left && last.right <= box.right,
+        // ...and the amounts they stand for are on screen beside them.
+        amountsShown: [...w.querySelectorAll('.axis text[text-anchor=start]')].some((t) => { const r = t.getBoundingClientRect(); return r.left >= box.left && r.right <= box.right; }) };
+    });
+    assert.ok(chart.labels > 0 && chart.smallest >= 10, `${id}: ${JSON.stringify(chart)}`);
+    assert.ok(chart.newestShown && chart.amountsShown, `${id}: ${JSON.stringify(chart)}`);
+    assert.ok(chart.box <= 390 && chart.overflow === 'auto', `${id}: ${JSON.stringify(chart)}`);
+  }
+  await page.screenshot({ path: join(ARTIFACTS, 'console-390-usage-charts.png'), fullPage: true });
 });

@@ -28,14 +28,45 @@ function seriesBy(rows: DailySpend[], days: string[], name: (r: DailySpend) => s
   return topSeries([...out.values()], days.length);
 }
 
-function units(e: LedgerRow): Html {
-  if (e.inputTokens === null && e.outputTokens === null) return html`<span class="faint">—</span>`;
-  return html`${count(e.inputTokens ?? 0)} in · ${count(e.outputTokens ?? 0)} out`;
+/** Seconds of audio as the ledger holds them (milliseconds exact): "2.58 s", or past a minute "1 min 2.5 s". */
+function seconds(v: number): string {
+  const ms = Math.round(v * 1000);
+  const min = Math.floor(ms / 60_000);
+  const rest = `${Number(((ms % 60_000) / 1000).toFixed(3))} s`;
+  return min > 0 ? `${min} min ${rest}` : rest;
+}
+
+/** Every unit the debit was priced by, each named: tokens, characters spoken, audio in and out. */
+export function units(e: LedgerRow): Html {
+  const parts: string[] = [];
+  if (e.inputTokens || e.outputTokens) parts.push(`${count(e.inputTokens ?? 0)} in · ${count(e.outputTokens ?? 0)} out`);
+  if (e.cachedInputTokens) parts.push(`${count(e.cachedInputTokens)} cached in`);
+  if (e.audioInputTokens || e.audioOutputTokens) parts.push(`${count(e.audioInputTokens ?? 0)} audio tokens in · ${count(e.audioOutputTokens ?? 0)} out`);
+  if (e.characters) parts.push(`${count(e.characters)} chars`);
+  if (e.audioSecondsIn) parts.push(`${seconds(e.audioSecondsIn)} audio in`);
+  if (e.audioSecondsOut) parts.push(`${seconds(e.audioSecondsOut)} audio out`);
+  if (parts.length === 0) return html`<span class="faint">—</span>`;
+  return html`${parts.join(' · ')}`;
+}
+
+/**
+ * The product a ledger reason (its route) belongs to, so the chart shows a handful of products (never
+ * folding chat or batch into "other"): batch lines, chat (chat completions, completions, responses),
+ * embeddings, speech, transcription, voice changer, realtime.
+ */
+export function productOf(reason: string): string {
+  if (reason.startsWith('batch.')) return 'batch';
+  if (reason === 'chat.completions' || reason === 'completions' || reason === 'responses') return 'chat';
+  if (reason === 'audio.speech' || reason.startsWith('beta.tts')) return 'speech';
+  if (reason === 'audio.transcriptions' || reason === 'audio.translations' || reason === 'beta.stt') return 'transcription';
+  if (reason.startsWith('beta.sts')) return 'voice changer';
+  if (reason === 'realtime' || reason.startsWith('realtime.')) return 'realtime';
+  return reason;
 }
 
 function recentTable(rows: LedgerRow[]): Html {
   if (rows.length === 0) return html`<div class="empty">No billed requests yet. Requests appear here as soon as they are settled.</div>`;
-  return html`<div class="scroll-x"><table id="recent"><thead><tr><th>Time</th><th>Key</th><th>Product</th><th>Model</th><th class="num">Tokens</th><th class="num">Cost</th></tr></thead><tbody>
+  return html`<div class="scroll-x"><table id="recent"><thead><tr><th>Time</th><th>Key</th><th>Product</th><th>Model</th><th class="num">Units</th><th class="num">Cost</th></tr></thead><tbody>
 ${rows.map((e) => html`<tr><td class="small">${utc(e.at, true)}</td><td>${e.keyPrefix ? html`<code>${e.keyPrefix}…</code>` : html`<span class="faint">—</span>`}</td>
 <td>${e.reason}</td><td>${e.model ?? '—'}</td><td class="num small">${units(e)}</td><td class="num">${usd(-e.amount)}</td></tr>`)}</tbody></table></div>`;
 }
@@ -58,7 +89,7 @@ export async function usagePage(r: Req): Promise<void> {
     const label = labels.get(x.keyPrefix);
     return label ? `${x.keyPrefix}… (${label})` : `${x.keyPrefix}…`;
   });
-  const byProduct = seriesBy(rows, days, (x) => x.product);
+  const byProduct = seriesBy(rows, days, (x) => productOf(x.product));
   const total = rows.reduce((a, x) => a + x.spent, 0n);
   const today = rows.filter((x) => x.day === days[days.length - 1]).reduce((a, x) => a + x.spent, 0n);
   const requests = rows.reduce((a, x) => a + x.requests, 0);

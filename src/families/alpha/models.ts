@@ -2,6 +2,7 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { ModelConfig } from '../../config.js';
+import { publishedPricing } from '../../ledger/published.js';
 
 const CREATED = 1_767_225_600; // 2026-01-01: a fixed date, so listings are stable
 
@@ -9,6 +10,7 @@ function view(m: ModelConfig): Record<string, unknown> {
   return {
     id: m.id, object: 'model', created: CREATED, owned_by: m.simulated ? 'tollgate-sim' : 'tollgate',
     ...(m.simulated ? { simulated: true, description: m.description ?? 'Simulated model (test infrastructure)' } : m.description ? { description: m.description } : {}),
+    pricing: publishedPricing(m),
   };
 }
 

@@ -25,7 +25,7 @@ export async function openPassthrough(s: Services, req: UpgradeRequest, key: Key
     if (refused) throw new GatewayError({ status: 400, code: refused.code === 'unsupported_parameter' ? 'unsupported_parameter' : 'invalid_value', param: refused.param, message: refused.message });
     first = { type: 'session.update', session: JSON.parse(JSON.stringify(session)) as Obj };
   }
-  const charge = await Charge.open(s, { key, id: socket.id, model: { id: model.id, prices: model.prices }, reason: 'realtime',
+  const charge = await Charge.open(s, { key, id: socket.id, model: { id: model.id, prices: model.prices }, reason: 'realtime.response',
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0 } });
   let up: WebSocket;
   try {

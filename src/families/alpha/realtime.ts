@@ -47,7 +47,7 @@ export function realtimeRoute(s: Services, secrets?: SecretAuthenticator): Socke
       if (model.passthrough) return openPassthrough(s, req, key!, socket, model, minted, grant?.expiresAt);
       const audio = audioModels(s);
       // The session is admitted now (balance, ceiling, rpm, its concurrency slot) with nothing held.
-      const charge = await Charge.open(s, { key: key!, id: socket.id, model: { id: model.id, prices: sessionPrices(model, audio) }, reason: 'realtime',
+      const charge = await Charge.open(s, { key: key!, id: socket.id, model: { id: model.id, prices: sessionPrices(model, audio) }, reason: 'realtime.response',
         worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0 } });
       let session = defaultSession(socket.id, model.id, audio.tts !== undefined);
       // A session opened with a client secret starts with the configuration the secret was minted with.
@@ -66,12 +66,12 @@ export function realtimeRoute(s: Services, secrets?: SecretAuthenticator): Socke
   return route;
 }
 
-/** `?model=` (or the model a client secret was minted for): a chat model of the config, or an alias of one (`gpt-realtime` mapped onto it). */
+/** `?model=` (or the model a client secret was minted for): a realtime or chat model of the config, or an alias of one. */
 function realtimeModel(s: Services, req: UpgradeRequest, minted: Obj | undefined): ModelConfig {
   const asked = req.query.get('model');
   const bound = typeof minted?.model === 'string' && minted.model !== '' ? minted.model : null;
   const name = asked ?? bound;
-  if (!name) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'model', message: 'The `model` query parameter is required: /v1/realtime?model=<a chat model>.' });
+  if (!name) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'model', message: 'The `model` query parameter is required: /v1/realtime?model=<a realtime or chat model>.' });
   const model = chatOrRealtime(s, name);
   if (bound && chatOrRealtime(s, bound).id !== model.id) {
     throw new GatewayError({ status: 400, code: 'invalid_value', param: 'model', message: `This client secret was minted for ${bound}, not ${asked}.` });

@@ -68,8 +68,17 @@ function formBody(form: Multipart, modelField: string, model: string, set: Recor
   return { body: Buffer.concat(parts), contentType: `multipart/form-data; boundary=${boundary}` };
 }
 
+/**
+ * A transcription's JSON reply reports what is billed: `usage` is `{type: "duration", seconds}` with the
+ * seconds Tollgate measured and bills (to the millisecond), whatever the upstream counted (sim and OpenAI
+ * round up to a whole second). A translation has no usage in OpenAI's shape and gets none.
+ */
+export function billedUsage(json: Record<string, unknown>, audioMs: number): Record<string, unknown> {
+  return { ...json, usage: { type: 'duration', seconds: audioMs / 1000 } };
+}
+
 /** Asks the upstream for `plan.ask` and answers the client's format (or stream) made from the whole reply. */
-async function rendered(s: Services, ctx: Ctx, x: { model: ModelConfig; path: string; form: Multipart; audioMs: number; plan: Extract<Plan, { kind: 'render' }> }): Promise<void> {
+async function rendered(s: Services, ctx: Ctx, x: { model: ModelConfig; path: string; form: Multipart; audioMs: number; transcribe: boolean; plan: Extract<Plan, { kind: 'render' }> }): Promise<void> {
   const { model, plan } = x;
   const caps = s.upstreams.config(model.upstream).transcription;
   // Subtitles are cut at the segments: ask for them whatever granularity the client named for its own (unused) reply.
@@ -85,7 +94,7 @@ async function rendered(s: Services, ctx: Ctx, x: { model: ModelConfig; path: st
   const secs = x.audioMs / 1000;
   const meter = plan.events
     ? new TranscriptMeter(x.audioMs, (json) => transcriptEvents(json), 'text/event-stream; charset=utf-8')
-    : new TranscriptMeter(x.audioMs, (json) => renderTranscript(json, plan.format, secs), FORMAT_TYPES[plan.format]);
+    : new TranscriptMeter(x.audioMs, (json) => renderTranscript(x.transcribe ? billedUsage(json, x.audioMs) : json, plan.format, secs), FORMAT_TYPES[plan.format]);
   await relayCall(s.upstreams, {
     down: ctx, charge, meter, requestId: ctx.requestId,
     model: model, path: x.path, headers: { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, body: up.body,
@@ -118,11 +127,15 @@ function transcriptRoute(s: Services, task: 'transcriptions' | 'translations'): 
       const plan = planTranscript(caps, format, wantsStream, model.id);
       // Billed by the length Tollgate measures in the file itself (frames counted, or decoded); unreadable → 400 before anything is held.
       const audio = await measureAudio(file.data, { ffmpeg: s.ffmpeg });
-      if (plan.kind === 'render') { await rendered(s, ctx, { model, path, form, audioMs: audio.durationMs, plan }); return; }
+      const transcribe = task === 'transcriptions';
+      if (plan.kind === 'render') { await rendered(s, ctx, { model, path, form, audioMs: audio.durationMs, transcribe, plan }); return; }
       const up = formBody(form, caps.modelField, model.upstreamModel, {});
+      // A whole JSON transcription is read and its usage set to what is billed; other replies pass as made.
+      const reported = transcribe && !plan.streamed && (format === 'json' || format === 'verbose_json');
       await audioExchange(s, ctx, {
         model, path, headers: { ...ctx.headers, 'content-type': up.contentType }, body: up.body,
         bill: { audioInMs: audio.durationMs }, mode: plan.streamed ? 'stream' : 'buffered', contentType: plan.streamed ? 'text/event-stream' : FORMAT_TYPES[format],
+        ...(reported ? { meter: new TranscriptMeter(audio.durationMs, (json) => JSON.stringify(billedUsage(json, audio.durationMs)), FORMAT_TYPES[format]) } : {}),
       });
     },
   };

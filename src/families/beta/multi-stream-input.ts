@@ -10,7 +10,7 @@ import {
 } from './speech-stream.js';
 import type { GenerationStream } from './produce.js';
 
-const REASON = 'tts.multi_stream_input';
+const REASON = 'beta.tts.multi_stream_input';
 /**
  * ElevenLabs allows five contexts open at once on one socket and closes it (1008,
  * `max_active_conversations`) when a sixth is opened (the message as livekit/agents-js#1985 quotes it).

@@ -1,4 +1,4 @@
-// The family's premade voices (api-notes A11, from resolve/voices.ts) in its VoiceResponseModel shape, and their upstream names.
+// The family's premade voices (docs/elevenlabs.md, from resolve/voices.ts) in its VoiceResponseModel shape, and their upstream names.
 import { PRESET_VOICES, presetVoice } from '../../resolve/voices.js';
 
 /** The upstream voice of one of the family's premade voice ids; null for any other id. */

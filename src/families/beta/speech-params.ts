@@ -7,7 +7,7 @@ import { VoiceSettings } from './schemas.js';
 
 /**
  * What ElevenLabs documents as a premade voice's settings (AsyncAPI RealtimeVoiceSettings defaults,
- * api-notes A12): a setting at its default asks for nothing, so any model takes it. `speed` is OpenAI's
+ * docs/elevenlabs.md, stream-input): a setting at its default asks for nothing, so any model takes it. `speed` is OpenAI's
  * own `speed`, sent on to every model.
  */
 export const VOICE_SETTING_DEFAULTS = { stability: 0.5, similarity_boost: 0.75, style: 0, use_speaker_boost: true } as const;

@@ -30,7 +30,7 @@ export const GOING_AWAY = 1001;
 export const POLICY = 1008;
 export const UPSTREAM_FAILED = 1011;
 
-/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 and the WAV formats (a WAV header belongs to a whole file). */
+/** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 and the WAV formats (a WAV header belongs to a whole file; docs/elevenlabs.md, "output_format on REST and on the WebSocket"). */
 export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f !== 'pcm_48000' && !WHOLE_FILE_FORMATS.includes(f));
 
 export interface StreamOptions {

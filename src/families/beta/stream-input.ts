@@ -9,7 +9,7 @@ import {
 } from './speech-stream.js';
 import type { GenerationStream } from './produce.js';
 
-const REASON = 'tts.stream_input';
+const REASON = 'beta.tts.stream_input';
 
 export function streamInputRoute(s: Services): SocketRoute {
   return {

@@ -1,6 +1,7 @@
 // The family's JSON shapes built from Tollgate's records: VoiceResponseModel, SampleResponseModel, ModelResponseModel.
 import type { VoiceRecord, SampleRecord } from '../../store/voices.js';
 import type { ModelConfig } from '../../config.js';
+import { publishedPricing } from '../../ledger/published.js';
 
 /** The longest text one synthesis request may carry (characters): what /v1/models reports and TTS enforces. */
 export const MAX_TTS_CHARACTERS = 10_000;
@@ -33,5 +34,7 @@ export function modelView(m: ModelConfig): Record<string, unknown> {
     languages: [{ language_id: 'en', name: 'English' }],
     model_rates: { character_cost_multiplier: 1 },
     concurrency_group: 'standard',
+    // Tollgate's own: what the ledger charges (a tts model per 1M characters, a sts model per audio minute in).
+    pricing: publishedPricing(m),
   };
 }

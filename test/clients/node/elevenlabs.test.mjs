@@ -115,7 +115,7 @@ test('a bad key and a key without the voice scope are typed errors carrying both
   await assert.rejects(client.models.list(), (e) => e.statusCode === 403 && e.body.detail.status === 'insufficient_scope');
 });
 
-const GEORGE = 'JBFqnCBsd6RMkjVDRZzb'; // a premade voice (api-notes A11)
+const GEORGE = 'JBFqnCBsd6RMkjVDRZzb'; // a premade voice (docs/elevenlabs.md, premade voices)
 
 async function assertDebited(key, before, nano) {
   const after = await gw.settledBalance(key, before);

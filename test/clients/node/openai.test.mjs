@@ -258,7 +258,7 @@ test('the model list shows the simulated models, and one can be retrieved', asyn
   const { key, client } = await fresh();
   const before = await gw.balance(key);
   const page = await client.models.list();
-  assert.deepEqual(page.data.map((m) => m.id).sort(), ['sim-chat', 'sim-embed', 'sim-reasoner', 'sim-sts', 'sim-stt', 'sim-tts', 'sim-tts-clone']);
+  assert.deepEqual(page.data.map((m) => m.id).sort(), ['sim-chat', 'sim-embed', 'sim-realtime', 'sim-reasoner', 'sim-sts', 'sim-stt', 'sim-tts', 'sim-tts-clone']);
   for (const m of page.data) {
     assert.equal(m.object, 'model');
     assert.equal(m.owned_by, 'tollgate-sim');
@@ -336,7 +336,7 @@ for (const base of ['/v1', '/alpha/v1']) {
     assert.ok(completion.choices[0].message.content);
     const u = completion.usage;
     await assertDebited(key, before, costNano('sim-chat', u.prompt_tokens, u.completion_tokens));
-    assert.deepEqual((await client.models.list()).data.map((m) => m.id).sort(), ['sim-chat', 'sim-embed', 'sim-reasoner', 'sim-sts', 'sim-stt', 'sim-tts', 'sim-tts-clone']);
+    assert.deepEqual((await client.models.list()).data.map((m) => m.id).sort(), ['sim-chat', 'sim-embed', 'sim-realtime', 'sim-reasoner', 'sim-sts', 'sim-stt', 'sim-tts', 'sim-tts-clone']);
   });
 }
 

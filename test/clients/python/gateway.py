@@ -46,6 +46,28 @@ def cost_nano(model: str, input_tokens: int, output_tokens: int = 0) -> int:
     return -(-num // 1_000_000)
 
 
+def embedded_models() -> list[dict[str, Any]]:
+    """The embedded default's models as configured (its source, dist/config.js), to check published prices against."""
+    script = f"import({json.dumps((CLI.parent / 'config.js').as_uri())}).then((m) => console.log(JSON.stringify(m.EMBEDDED_DEFAULT.models)))"
+    out = subprocess.run([NODE, "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def published_matches_config(model: dict[str, Any], pricing: dict[str, Any]) -> None:
+    """Every configured non-zero unit price appears in `pricing` as the same decimal-dollar amount (compared exactly)."""
+    assert pricing["currency"] == "usd"
+    for field, value in model.items():
+        if not field.endswith(("_per_mtok", "per_mchar", "_per_minute", "_per_second")):
+            continue
+        want = Decimal(str(value))
+        if field.endswith("_per_second"):
+            field, want = field.replace("_per_second", "_per_minute"), want * 60
+        if want == 0 and field not in pricing:
+            continue
+        assert isinstance(pricing[field], str), (model["id"], field)
+        assert Decimal(pricing[field]) == want, (model["id"], field, pricing[field], value)
+
+
 @dataclass
 class Account:
     account_id: str

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gateway import cost_nano
+from gateway import cost_nano, embedded_models, published_matches_config
 from openapi_spec import decode_base64_embedding
 
 EMBED_INPUT = ["The gateway meters every token.", "Balances are integer nanodollars."]
@@ -106,7 +106,7 @@ def test_the_model_list_shows_the_simulated_models_and_matches_the_spec(client, 
 
     models = list(raw.parse())
     ids = [m.id for m in models]
-    assert sorted(ids) == ["sim-chat", "sim-embed", "sim-reasoner", "sim-sts", "sim-stt", "sim-tts", "sim-tts-clone"]
+    assert sorted(ids) == ["sim-chat", "sim-embed", "sim-realtime", "sim-reasoner", "sim-sts", "sim-stt", "sim-tts", "sim-tts-clone"]
     for m in models:
         assert m.object == "model"
         assert m.owned_by == "tollgate-sim"
@@ -128,3 +128,15 @@ def test_listing_and_retrieving_models_costs_nothing(gateway, account, client):
     client.models.list()
     client.models.retrieve("sim-chat")
     gateway.assert_not_debited(account.key, before)
+
+
+def test_every_listed_model_carries_its_configured_prices_and_the_client_still_parses_the_list(client):
+    configured = {m["id"]: m for m in embedded_models()}
+    models = list(client.models.list())
+    assert sorted(m.id for m in models) == sorted(configured)
+    for m in models:
+        published_matches_config(configured[m.id], m.model_extra["pricing"])
+        for name in [m.id, *configured[m.id].get("aliases", [])]:
+            one = client.models.retrieve(name)
+            assert one.id == m.id
+            published_matches_config(configured[m.id], one.model_extra["pricing"])

@@ -160,7 +160,7 @@ def test_errors_carry_both_envelopes(gateway):
     assert err.value.body["detail"]["status"] == "insufficient_scope"
 
 
-GEORGE = "JBFqnCBsd6RMkjVDRZzb"  # a premade voice (api-notes A11)
+GEORGE = "JBFqnCBsd6RMkjVDRZzb"  # a premade voice (docs/elevenlabs.md, premade voices)
 TTS_ND_PER_CHAR = 15_000  # sim-tts: $15 per 1M characters
 CLONE_ND_PER_CHAR = 30_000  # sim-tts-clone: $30 per 1M characters
 STS_ND_PER_MIN = 180_000_000  # sim-sts: $0.18 per minute of input
@@ -310,3 +310,15 @@ def test_voice_settings_a_model_cannot_honour_are_a_422_the_client_raises_and_th
                                                voice_settings=defaults))
     assert len(audio) == round(len(text) * 0.06 * 24000) * 2
     gateway.assert_debited(account.key, before, len(text) * TTS_ND_PER_CHAR)
+
+
+def test_the_models_list_carries_each_speech_models_configured_price(el):
+    from gateway import embedded_models, published_matches_config
+
+    configured = {m["id"]: m for m in embedded_models()}
+    models = el.models.list()
+    assert models
+    for m in models:
+        pricing = (m.model_extra or {}).get("pricing") if hasattr(m, "model_extra") else None
+        assert pricing is not None, m.model_id
+        published_matches_config(configured[m.model_id], pricing)

@@ -316,3 +316,43 @@ def test_an_expired_client_secret_and_one_whose_parent_key_was_revoked_open_no_s
     # Nothing was billed for either refusal (read with a second key: the first one is revoked).
     other = gateway.cli("key", "create", "--account", account.account_id)["key"]
     assert gateway.balance(other) == before
+
+
+def test_the_quickstart_model_gpt_realtime_answers_an_audio_item_in_speech_billed_at_the_realtime_prices(gateway: Gateway, account: Account):
+    """OpenAI's quickstart `client.realtime.connect(model="gpt-realtime")` on the embedded default: the alias of
+    sim-realtime, priced in the realtime units: audio in at $0.06 a minute, tokens at $4 / $16 per million, the
+    characters it speaks at $15 per million (sim's speech for the user's audio is fetched at tts-1's $15 too)."""
+    import base64
+
+    said = "Where is the nearest station?"
+    client = ws_client(gateway, account.key, "/v1")
+    before = gateway.balance(account.key)
+    pcm = client.audio.speech.create(model="tts-1", voice="alloy", input=said, response_format="pcm").content
+    with client.realtime.connect(model="gpt-realtime") as conn:
+        created = conn.recv()
+        assert created.type == "session.created"
+        assert created.session.model == "sim-realtime"
+        conn.conversation.item.create(item={"type": "message", "role": "user",
+                                            "content": [{"type": "input_audio", "audio": base64.b64encode(pcm).decode()}]})
+        conn.response.create(response={"max_output_tokens": 30})
+        heard_seconds = 0.0
+        audio = bytearray()
+        for event in conn:
+            if event.type == "error":
+                raise AssertionError(f"error event: {event.error}")
+            if event.type == "conversation.item.input_audio_transcription.completed":
+                assert event.transcript == said
+                heard_seconds = event.usage.seconds
+            elif event.type == "response.output_audio.delta":
+                audio += base64.b64decode(event.delta)
+            elif event.type == "response.done":
+                response = event.response
+                break
+    assert response.status == "completed"
+    text = response.output[0].content[0].transcript
+    assert text and len(audio) == len(text) * 60 * 48
+    usage = response.usage
+    tokens = -(-(usage.input_tokens * 4_000_000_000 + usage.output_tokens * 16_000_000_000) // 1_000_000)
+    spent = len(said) * 15_000 + round(heard_seconds * 1000) * 1_000 + tokens + len(text) * 15_000
+    gateway.assert_debited(account.key, before, spent)
+

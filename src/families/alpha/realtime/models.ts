@@ -8,8 +8,7 @@ import type { UnitPrices } from '../../../ledger/pricing.js';
  * `upstream_model` (a chat model there), priced at its own token prices.
  */
 export function chatOrRealtime(s: Services, name: string): ModelConfig {
-  const m = s.models.find(name);
-  return m?.kind === 'realtime' ? m : s.models.resolve(name, 'chat');
+  return s.models.resolve(name, ['chat', 'realtime']);
 }
 
 /** The models a session's audio goes through (config `realtime`), where configured. */

@@ -66,7 +66,7 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, c
     await failed(failure ?? new GatewayError({ status: 502, code: 'upstream_error', message: 'The transcription upstream failed.' }));
     return false;
   }
-  await ctx.charge.settle(u, { seq, final: false, covers: cost, extra: { transcription: stt.id } });
+  await ctx.charge.settle(u, { seq, final: false, covers: cost, extra: { transcription: stt.id }, reason: 'realtime.transcription' });
   (item.content![contentIndex] as Obj).transcript = text;
   await ctx.emit({ type: 'conversation.item.input_audio_transcription.completed', item_id: item.id, content_index: contentIndex, transcript: text,
     usage: { type: 'duration', seconds: u.audioInMs / 1000 } });
