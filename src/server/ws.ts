@@ -1,9 +1,9 @@
-// WebSocket routes on uWS: the upgrade authenticates and admits (a refusal is an HTTP error in the family's envelope), then a Session carries the socket.
-import type uWS from '@trufflesuite/uws-js-unofficial';
+// WebSocket routes (on either front end, through io.ts): the upgrade authenticates and admits (a refusal is an HTTP error in the family's envelope), then a Session carries the socket.
 import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
 import type { KeyRecord, Scope } from '../store/keys.js';
 import { newId } from '../store/ids.js';
 import { log } from '../observe/log.js';
+import type { SocketIO, UpgradeOut } from './io.js';
 
 /** What an upgrade request carries, read synchronously before anything is awaited. */
 export interface UpgradeRequest {
@@ -41,7 +41,7 @@ export interface SocketRoute {
   path: string;                  // under the mount's prefixes; `:name` captures a segment
   name: string;                  // metrics label
   scope: Scope;
-  /** Largest frame a client may send; uWS closes the connection past it. */
+  /** Largest frame a client may send; the front end closes the connection past it. */
   maxMessageBytes: number;
   /** Where the key may come from besides the headers: a query parameter, a subprotocol prefix. */
   keyFrom?: { query?: string[]; protocolPrefixes?: string[] };
@@ -59,15 +59,13 @@ export interface SocketRoute {
   accept(req: UpgradeRequest, key: KeyRecord | null, socket: SessionSocket): Promise<SessionHandler>;
 }
 
-interface SessionData { session: Session }
-
 /** A per-socket backlog past which `send` waits for the drain. */
 const BACKPRESSURE_BYTES = 256 * 1024;
 
 export class Session implements SessionSocket {
   readonly id = newId('sess');
   closed = false;
-  ws: uWS.WebSocket<SessionData> | null = null;
+  ws: SocketIO | null = null;
   handler: SessionHandler | null = null;
   private drainWaiters: (() => void)[] = [];
   private queue: Promise<void> = Promise.resolve();
@@ -117,7 +115,7 @@ export class Session implements SessionSocket {
 }
 
 /** Writes an HTTP refusal of an upgrade in the family's envelope. */
-export function refuseUpgrade(res: uWS.HttpResponse, err: GatewayError, family: ErrorRenderer, requestId: string): void {
+export function refuseUpgrade(res: UpgradeOut, err: GatewayError, family: ErrorRenderer, requestId: string): void {
   res.cork(() => {
     res.writeStatus(statusLine(err.status));
     res.writeHeader('content-type', 'application/json');
