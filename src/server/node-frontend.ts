@@ -27,8 +27,12 @@ function listen(host: FrontEndHost, hostname: string, port: number): Promise<Lis
     // uWS neither limits a whole request's time nor needs a Host header: a streamed upload may run long.
     requestTimeout: 0,
     requireHostHeader: false,
+    // As uWS: a client that has not sent its whole head within 10 s is cut off (slow headers), checked every second.
+    headersTimeout: 10_000,
+    connectionsCheckingInterval: 1_000,
     keepAliveTimeout: 10_000,
   }, (req, res) => host.request(new NodeOut(req, res), new NodeIn(req)));
+  server.on('clientError', onClientError);
   const sockets = new SocketServer(host);
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => sockets.upgrade(req, socket, head));
   return new Promise<Listener>((resolve, reject) => {
@@ -48,6 +52,16 @@ function listen(host: FrontEndHost, hostname: string, port: number): Promise<Lis
       });
     });
   });
+}
+
+/**
+ * A request node cannot parse: headers past NODE_MAX_HEADER_BYTES get a bare 431, other garbage a 400;
+ * one too slow to send its head is dropped without an answer, as uWS drops it (it asked nothing yet).
+ */
+function onClientError(err: Error & { code?: string }, socket: Duplex): void {
+  if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT' || err.code === 'ECONNRESET' || !socket.writable) { socket.destroy(); return; }
+  const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
+  socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
 }
 
 /** WebSocket upgrades: the host admits or refuses; an admitted one becomes a `ws` socket carrying its session. */
