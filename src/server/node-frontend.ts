@@ -32,6 +32,8 @@ function listen(host: FrontEndHost, hostname: string, port: number): Promise<Lis
     connectionsCheckingInterval: 1_000,
     keepAliveTimeout: 10_000,
   }, (req, res) => host.request(new NodeOut(req, res), new NodeIn(req)));
+  // Every header line reaches the gateway (node drops those past 2,000 silently by default): the byte limit bounds them.
+  server.maxHeadersCount = 0;
   server.on('clientError', onClientError);
   const sockets = new SocketServer(host);
   server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => sockets.upgrade(req, socket, head));
