@@ -10,7 +10,7 @@ const nodeGlobals = Object.fromEntries(
 );
 
 export default tseslint.config(
-  { ignores: ["dist/**", "**/node_modules/**", "**/.venv*/**", "test/artifacts/**", "tollgate-data/**", "bench/results/**"] },
+  { ignores: ["dist/**", "**/node_modules/**", "**/.venv*/**", "test/artifacts/**", "tollgate-data/**", "bench/results/**", ".node-versions/**"] },
   js.configs.recommended,
   {
     files: ["src/**/*.ts"],

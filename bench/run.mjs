@@ -39,13 +39,14 @@ async function sim(delay) {
   return { ...p, url: p.match[1] };
 }
 
-async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1) {
+async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1, frontend = 'auto') {
   const dir = join(work, name);
   mkdirSync(dir, { recursive: true });
   const env = { TOLLGATE_LOG_REQUESTS: '0' };
   const config = {
     listen: '127.0.0.1:0',
     workers,
+    frontend,
     limits: { default_rpm: 1_000_000_000, default_concurrency: 1_000_000 },
     payments: { provider: 'sandbox', allow_sandbox: true },
     upstreams: { sim: { base_url: simUrl }, simstream: { base_url: streamSimUrl } },
@@ -237,6 +238,8 @@ async function main() {
   if (want('floor-http')) contenders.push(await floor('floor-http', simA.url, simB.url, 'http'));
   if (want('tollgate-embedded', true)) contenders.push(await tollgate('tollgate-embedded', simA.url, simB.url, false));
   if (want('tollgate-pg-redis', true)) contenders.push(await tollgate('tollgate-pg-redis', simA.url, simB.url, true));
+  // The embedded mode on the node:http front end (`frontend: node`): what it costs beside uWS (auto) on the same Node.
+  if (want('tollgate-node-http')) contenders.push(await tollgate('tollgate-node-http', simA.url, simB.url, false, 1, 'node'));
   // The same, as two worker processes on one port (`workers: 2`): the non-streaming chat scenarios only.
   if (want('tollgate-pg-redis-2w')) contenders.push(await tollgate('tollgate-pg-redis-2w', simA.url, simB.url, true, 2));
   if (wantLitellm && want('litellm')) contenders.push(await litellm(simA.url, simB.url));

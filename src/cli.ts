@@ -8,6 +8,7 @@ import { startAdminSocket, callAdmin } from './server/admin.js';
 import { log, setRequestLogging } from './observe/log.js';
 import { isWorker, reportReady, startWorkers, workerPort } from './server/workers.js';
 import { boundHeapGrowth } from './server/heap.js';
+import { frontEndChoice, resolveFrontEnd } from './server/frontend.js';
 import { lockDataDir, DataDirBusy } from './store/lock.js';
 import { embeddedStoreExists, openPglite, openPostgres, type Db } from './store/db.js';
 import { Settler } from './ledger/settle.js';
@@ -37,7 +38,7 @@ export function parseArgs(argv: string[]): Parsed {
 }
 
 const USAGE = `usage: tollgate <command>
-  serve [--config FILE] [--data-dir DIR] [--listen HOST:PORT]
+  serve [--config FILE] [--data-dir DIR] [--listen HOST:PORT] [--frontend auto|uws|node]
   sim [--listen HOST:PORT] [--token-delay-ms N]
   account create --email EMAIL [--credit DOLLARS] [--json]
   account list [--email TEXT] [--limit N] [--json]
@@ -61,11 +62,13 @@ async function serve(flags: OpArgs): Promise<void> {
   let config = loadConfig(flags);
   const dir = dataDirOf(flags);
   if (process.env.TOLLGATE_LOG_REQUESTS === '0') setRequestLogging(false);
-  if (config.workers > 1 && !isWorker()) return servePrimary(config, flags);
+  // Before anything starts: a front end that cannot load on this Node stops the start here, saying what works.
+  const front = resolveFrontEnd(frontEndChoice(config.frontend, flags.frontend));
+  if (config.workers > 1 && !isWorker()) return servePrimary(config, flags, front.frontEnd.description);
   if (isWorker()) config = Object.freeze({ ...config, listen: { ...config.listen, port: workerPort() } });
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
   const s = await openServices(config, dir);
-  const gw = new Gateway(s, mounts(s), fallbackFamily);
+  const gw = new Gateway(s, mounts(s), fallbackFamily, front.frontEnd);
   await gw.listen();
   const heap = boundHeapGrowth();
   const base = gw.baseUrl;
@@ -76,6 +79,7 @@ async function serve(flags: OpArgs): Promise<void> {
     `Tollgate is running${config.embedded ? ` on its embedded default (PGlite in ${dir}, in-process limits, simulated upstream "sim", payment sandbox)` : ''}.`,
     base,
     config.embedded ? await demoLines(deps, config, cli) : keyHint(cli),
+    `${front.frontEnd.description}; ${front.note}`,
   );
   if (isWorker()) {
     log('info', 'worker serving', { pid: process.pid, port: gw.port });
@@ -83,7 +87,7 @@ async function serve(flags: OpArgs): Promise<void> {
   } else {
     process.stdout.write(`${lines.join('\n')}\n`);
     warnSandbox(config);
-    log('info', 'listening', { base_url: base, port: gw.port, store: s.db.kind, limits: s.limiter.kind });
+    log('info', 'listening', { base_url: base, port: gw.port, store: s.db.kind, limits: s.limiter.kind, frontend: front.frontEnd.name });
   }
   onStopSignal(async (signal) => {
     log('info', 'draining', { signal });
@@ -96,9 +100,10 @@ async function serve(flags: OpArgs): Promise<void> {
 }
 
 /** The start-up lines: a headline, the API and console URLs, and how to get a key (commands that work as printed). */
-function banner(headline: string, base: string, keyLines: string[]): string[] {
+function banner(headline: string, base: string, keyLines: string[], frontEnd: string): string[] {
   return [headline, `  OpenAI-shaped API:     ${base}/v1   (also ${base}/alpha/v1; key in Authorization: Bearer)`,
-    `  ElevenLabs-shaped API: ${base}/beta   (key in the xi-api-key header)`, `  Console:               ${base}/console`, ...keyLines];
+    `  ElevenLabs-shaped API: ${base}/beta   (key in the xi-api-key header)`, `  Console:               ${base}/console`, ...keyLines,
+    `  Front end:             ${frontEnd}`];
 }
 
 type Cli = (args: string) => string;
@@ -159,11 +164,11 @@ function onStopSignal(drain: (signal: string) => Promise<void>): void {
 }
 
 /** `workers: N`: this process only starts, restarts and stops N gateway processes on one port. */
-async function servePrimary(config: Config, flags: OpArgs): Promise<void> {
+async function servePrimary(config: Config, flags: OpArgs, frontEnd: string): Promise<void> {
   const { port, stop } = await startWorkers(config.workers, config.listen.host, config.listen.port, config.payments.webhookSecret);
   const base = baseUrlOf(config, port);
   const hint = keyHint(cliCommand(flags, { dataDir: dataDirOf(flags), embedded: false }));
-  process.stdout.write(`${banner(`Tollgate is running as ${config.workers} worker processes on one port.`, base, hint).join('\n')}\n`);
+  process.stdout.write(`${banner(`Tollgate is running as ${config.workers} worker processes on one port.`, base, hint, frontEnd).join('\n')}\n`);
   warnSandbox(config);
   log('info', 'listening', { base_url: base, port, workers: config.workers, store: 'postgres', limits: 'redis' });
   onStopSignal(async (signal) => {

@@ -76,6 +76,8 @@ export const ConfigSchema = Type.Object({
   listen: Type.String({ pattern: '^[^:]+:\\d+$', default: '127.0.0.1:8080' }),
   public_url: Type.Optional(Type.String({ pattern: '^https?://' })),
   workers: Type.Integer({ minimum: 1, maximum: 64, default: 1, description: 'gateway processes sharing the listen port; more than 1 needs database and redis' }),
+  frontend: Type.Union([Type.Literal('auto'), Type.Literal('uws'), Type.Literal('node')], { default: 'auto',
+    description: 'what serves HTTP and WebSocket: uws (uWebSockets.js), node (node:http), auto (uws where its binary loads on this Node, else node); TOLLGATE_FRONTEND overrides it' }),
   database: Type.Optional(Type.Object({ url_env: EnvName, pool_size: Type.Integer({ minimum: 1, default: 10 }) }, { additionalProperties: false })),
   redis: Type.Optional(Type.Object({ url_env: EnvName, key_prefix: Type.String({ default: 'tollgate:' }) }, { additionalProperties: false })),
   limits: Type.Object({
@@ -174,6 +176,8 @@ export interface SpeechCaps { formats: readonly SpeechFormat[]; pcmRate: number 
 export interface Config {
   listen: { host: string; port: number };
   workers: number;
+  /** The front end asked for (server/frontend.ts resolves `auto`). */
+  frontend: 'auto' | 'uws' | 'node';
   publicUrl: string | undefined;
   databaseUrl: string | undefined;
   poolSize: number;
@@ -344,6 +348,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
   const config: Config = {
     listen: { host, port: portText },
     workers: c.workers,
+    frontend: c.frontend,
     publicUrl: c.public_url?.replace(/\/+$/, ''),
     databaseUrl, poolSize: c.database?.pool_size ?? 1,
     redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',

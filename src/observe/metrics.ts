@@ -26,6 +26,8 @@ export class Metrics {
   parkedDebits = (): number => 0;
   recoveredDebits = (): number => 0;
   keyLookups = (): number => 0;
+  /** The front end serving (server/io.ts): uws or node. */
+  frontEnd = '';
 
   request(route: string, status: number, totalMs: number, upstreamMs: number): void {
     const k = `route="${route}",status="${status}"`;
@@ -64,6 +66,10 @@ export class Metrics {
     out.push(`tollgate_parked_debits_total ${this.parkedDebits()}`);
     out.push('# HELP tollgate_recovered_debits_total Debits this instance committed for a dead instance or from its journal at start.', '# TYPE tollgate_recovered_debits_total counter');
     out.push(`tollgate_recovered_debits_total ${this.recoveredDebits()}`);
+    if (this.frontEnd) {
+      out.push('# HELP tollgate_frontend_info The front end serving HTTP and WebSocket (uws: uWebSockets.js; node: node:http).', '# TYPE tollgate_frontend_info gauge');
+      out.push(`tollgate_frontend_info{frontend="${this.frontEnd}"} 1`);
+    }
     return `${out.join('\n')}\n`;
   }
 }

@@ -1,5 +1,4 @@
-// The front end: uWS serves the mounted routes, authenticates keys, admits unbilled requests, and drains on shutdown.
-import uWS from '@trufflesuite/uws-js-unofficial';
+// The gateway behind a front end (uWS or node:http, io.ts): serves the mounted routes, authenticates keys, admits unbilled requests, and drains on shutdown.
 import type { Config } from '../config.js';
 import { GatewayError, internalError, notFound, type ErrorRenderer } from '../errors.js';
 import type { StateCache } from '../gate/cache.js';
@@ -12,6 +11,7 @@ import { Ctx } from './context.js';
 import { readBody, streamBody, type BodyStream } from './body.js';
 import { Router, methodNotAllowed, type Match, type Mount } from './router.js';
 import { Session, refuseUpgrade, transportFrameLimit, upgradeKey, type UpgradeRequest } from './ws.js';
+import type { FrontEnd, FrontEndHost, HttpIn, HttpOut, Listener, SocketIO, UpgradeOut } from './io.js';
 import type { KeyRecord } from '../store/keys.js';
 
 /** What the front end needs of the stages: keys to authenticate, admission for unbilled requests, metrics. */
@@ -27,63 +27,55 @@ const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** More header bytes than any client of ours sends: refused with 431 before anything else is done. */
 export const MAX_HEADER_BYTES = 16 * 1024;
 
-export class Gateway {
+export class Gateway implements FrontEndHost {
   port = 0;
-  private listenSocket: uWS.us_listen_socket | null = null;
+  private listener: Listener | null = null;
   private readonly inFlight = new Set<Ctx>();
   /** Open WebSocket sessions: each holds its concurrency slot until it closes. */
   private readonly sessions = new Set<Session>();
   private readonly router: Router;
   private draining = false;
 
-  constructor(private readonly s: FrontEndDeps, mounts: Mount[], fallback: ErrorRenderer) {
+  constructor(private readonly s: FrontEndDeps, mounts: Mount[], fallback: ErrorRenderer, readonly frontEnd: FrontEnd) {
     this.router = new Router(mounts, fallback);
     s.metrics.inFlight = () => this.inFlight.size;
+    s.metrics.frontEnd = frontEnd.name;
   }
 
   async listen(): Promise<void> {
     const c = this.s.config;
-    const app = uWS.App();
-    // Upgrade requests on a WebSocket route's path reach the socket handler; any other request falls through to the HTTP routes.
-    app.ws<{ session: Session }>('/*', {
-      maxPayloadLength: transportFrameLimit(this.router.maxSocketMessage), // each route's own limit closes with 1009 below
-      idleTimeout: 120,
-      sendPingsAutomatically: true,
-      maxBackpressure: 64 * 1024 * 1024, // sessions wait for the drain long before this (ws.ts)
-      upgrade: (res, req, context) => this.onUpgrade(res, req, context),
-      open: (ws) => {
-        const session = ws.getUserData().session;
-        session.ws = ws;
-        this.sessions.add(session);
-        session.handler?.opened?.();
-      },
-      message: (ws, message, isBinary) => {
-        const session = ws.getUserData().session;
-        if (message.byteLength > session.route.maxMessageBytes) {
-          session.close(1009, `a message may have at most ${session.route.maxMessageBytes} bytes`);
-          return;
-        }
-        // uWS reuses the message's memory once this callback returns: copy it.
-        session.enqueue(Buffer.from(message.slice(0)), isBinary);
-      },
-      drain: (ws) => ws.getUserData().session.drained(),
-      close: (ws, code) => {
-        const session = ws.getUserData().session;
-        session.onClosed();
-        this.sessions.delete(session);
-        void Promise.resolve(session.handler?.closed(code)).catch((e: unknown) => {
-          log('error', 'session close handler failed', { session: session.id, error: String((e as Error)?.stack ?? e) });
-        });
-      },
-    });
-    app.any('/*', (res, req) => this.onRequest(res, req));
-    await new Promise<void>((resolve, reject) => {
-      app.listen(c.listen.host, c.listen.port, (sock) => {
-        if (!sock) { reject(new Error(`cannot listen on ${c.listen.host}:${c.listen.port}`)); return; }
-        this.listenSocket = sock;
-        this.port = uWS.us_socket_local_port(sock);
-        resolve();
-      });
+    this.listener = await this.frontEnd.listen(this, c.listen.host, c.listen.port);
+    this.port = this.listener.port;
+  }
+
+  /** The front end's frame limit: above every route's own, so a frame past a route's limit is closed with 1009 by `message` (ws.ts). */
+  get maxSocketMessage(): number {
+    return transportFrameLimit(this.router.maxSocketMessage);
+  }
+
+  opened(session: Session, socket: SocketIO): void {
+    session.ws = socket;
+    this.sessions.add(session);
+    session.handler?.opened?.();
+  }
+
+  message(session: Session, data: Buffer, isBinary: boolean): void {
+    if (data.byteLength > session.route.maxMessageBytes) {
+      session.close(1009, `a message may have at most ${session.route.maxMessageBytes} bytes`);
+      return;
+    }
+    session.enqueue(data, isBinary);
+  }
+
+  drained(session: Session): void {
+    session.drained();
+  }
+
+  closed(session: Session, code: number): void {
+    session.onClosed();
+    this.sessions.delete(session);
+    void Promise.resolve(session.handler?.closed(code)).catch((e: unknown) => {
+      log('error', 'session close handler failed', { session: session.id, error: String((e as Error)?.stack ?? e) });
     });
   }
 
@@ -91,7 +83,7 @@ export class Gateway {
     return baseUrlOf(this.s.config, this.port);
   }
 
-  private onRequest(res: uWS.HttpResponse, req: uWS.HttpRequest): void {
+  request(res: HttpOut, req: HttpIn): void {
     const ctx = new Ctx(res, req);
     const m = this.router.match(ctx.method, ctx.path);
     ctx.family = m.family;
@@ -166,13 +158,11 @@ export class Gateway {
    * An upgrade on a WebSocket route: the key (headers, or where the route allows it), the scope and the
    * route's admission run before the upgrade, and a refusal is an HTTP error in the family's envelope.
    */
-  private onUpgrade(res: uWS.HttpResponse, req: uWS.HttpRequest, context: uWS.us_socket_context_t): void {
+  upgrade(res: UpgradeOut, req: HttpIn, accept: (session: Session, protocol: string) => void): void {
     const path = req.getUrl();
     const headers: Record<string, string> = {};
     let headerBytes = 0;
     req.forEach((k, v) => { headerBytes += k.length + v.length + 4; headers[k] = headers[k] === undefined ? v : `${headers[k]}, ${v}`; });
-    const secKey = req.getHeader('sec-websocket-key');
-    const secExtensions = req.getHeader('sec-websocket-extensions');
     const protocols = (headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean);
     const query = new URLSearchParams(req.getQuery() ?? '');
     const given = headers['x-request-id'];
@@ -202,7 +192,7 @@ export class Gateway {
         session.handler = handler;
         // The subprotocol answered: the first one offered that does not carry a key.
         const echo = protocols.find((p) => !(route.keyFrom?.protocolPrefixes ?? []).some((x) => p.startsWith(x))) ?? '';
-        res.cork(() => res.upgrade({ session }, secKey, echo, secExtensions, context));
+        accept(session, echo);
       } catch (e) {
         if (aborted) return;
         if (e instanceof GatewayError) refuseUpgrade(res, e, family, requestId);
@@ -217,7 +207,8 @@ export class Gateway {
   /** Stops accepting and lets in-flight requests finish (their debits are then the stages' to commit). */
   async stop(drainMs = 30_000): Promise<void> {
     this.draining = true;
-    if (this.listenSocket) { uWS.us_listen_socket_close(this.listenSocket); this.listenSocket = null; }
+    this.listener?.close();
+    this.listener = null;
     // Sessions finish what is under way, settle, and close with 1001 (going away).
     await Promise.all([...this.sessions].map((x) => x.handler?.shutdown().catch(() => undefined)));
     const deadline = Date.now() + drainMs;

@@ -1,7 +1,8 @@
-// Reads a request body from uWS into one Buffer, refusing it with 413 past the route's limit.
+// Reads a request body from the front end (uWS or node:http) into one Buffer, refusing it with 413 past the route's limit.
 import { Readable } from 'node:stream';
 import { GatewayError, clientClosed } from '../errors.js';
 import type { Ctx } from './context.js';
+import { keepChunk } from './io.js';
 
 export function tooLarge(limit: number): GatewayError {
   return new GatewayError({ status: 413, code: 'request_too_large', message: `The request body is larger than this route's limit of ${limit} bytes.` });
@@ -23,8 +24,7 @@ export function readBody(ctx: Ctx, limit: number): Promise<Buffer> {
       if (failed) return;
       size += chunk.byteLength;
       if (size > limit) { failed = true; reject(tooLarge(limit)); return; }
-      // uWS reuses the chunk's memory after this callback returns: copy it.
-      parts.push(Buffer.from(chunk.slice(0)));
+      parts.push(keepChunk(chunk));
       if (isLast) resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size));
     });
   });
@@ -63,8 +63,7 @@ export function streamBody(ctx: Ctx, limit: number): BodyStream {
     if (stream.discarding) return;
     size += chunk.byteLength;
     if (size > limit) { stream.destroy(tooLarge(limit)); return; }
-    // uWS reuses the chunk's memory after this callback returns: copy it.
-    const more = stream.push(Buffer.from(chunk.slice(0)));
+    const more = stream.push(keepChunk(chunk));
     if (isLast) stream.push(null);
     else if (!more && !paused) { paused = true; ctx.res.pause(); }
   });

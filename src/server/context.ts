@@ -1,5 +1,5 @@
-// One request's state on the uWS side: headers read up front, abort tracking, and backpressured writes (the exchange's Downstream).
-import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
+// One request's state on the front end (uWS or node:http, through io.ts): headers read up front, abort tracking, and backpressured writes (the exchange's Downstream).
+import type { HttpIn, HttpOut } from './io.js';
 import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
 import { newId } from '../store/ids.js';
 import type { KeyRecord } from '../store/keys.js';
@@ -39,7 +39,7 @@ export class Ctx {
   private readonly abortHandlers: (() => void)[] = [];
   private writableWaiter: (() => void) | null = null;
 
-  constructor(readonly res: HttpResponse, req: HttpRequest) {
+  constructor(readonly res: HttpOut, req: HttpIn) {
     this.method = req.getCaseSensitiveMethod().toUpperCase();
     this.path = req.getUrl();
     this.query = req.getQuery() ?? '';

@@ -1,10 +1,10 @@
-// WebSocket routes on uWS: the upgrade authenticates and admits (a refusal is an HTTP error in the family's envelope), then a Session carries the socket.
-import type uWS from '@trufflesuite/uws-js-unofficial';
+// WebSocket routes (on either front end, through io.ts): the upgrade authenticates and admits (a refusal is an HTTP error in the family's envelope), then a Session carries the socket.
 import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
 import type { KeyRecord, Scope } from '../store/keys.js';
 import { newId } from '../store/ids.js';
 import { log } from '../observe/log.js';
 import { invalidKey, presentedKey } from '../gate/auth.js';
+import type { SocketIO, UpgradeOut } from './io.js';
 
 /** What an upgrade request carries, read synchronously before anything is awaited. */
 export interface UpgradeRequest {
@@ -42,7 +42,7 @@ export interface SocketRoute {
   path: string;                  // under the mount's prefixes; `:name` captures a segment
   name: string;                  // metrics label
   scope: Scope;
-  /** Largest frame a client may send; uWS closes the connection past it. */
+  /** Largest frame a client may send; the front end closes the connection past it. */
   maxMessageBytes: number;
   /** Where the key may come from besides the headers: a query parameter, a subprotocol prefix. */
   keyFrom?: { query?: string[]; protocolPrefixes?: string[] };
@@ -60,8 +60,6 @@ export interface SocketRoute {
   accept(req: UpgradeRequest, key: KeyRecord | null, socket: SessionSocket): Promise<SessionHandler>;
 }
 
-interface SessionData { session: Session }
-
 /** A per-socket backlog past which `send` waits for the drain. */
 const BACKPRESSURE_BYTES = 256 * 1024;
 
@@ -69,7 +67,7 @@ export class Session implements SessionSocket {
   readonly id = newId('sess');
   closed = false;
   handler: SessionHandler | null = null;
-  private socket: uWS.WebSocket<SessionData> | null = null;
+  private socket: SocketIO | null = null;
   /** A close asked for before the socket opened (a session stopped during its upgrade): done once it opens. */
   private closeOnOpen: [number, string] | null = null;
   private drainWaiters: (() => void)[] = [];
@@ -86,8 +84,8 @@ export class Session implements SessionSocket {
     }
   }
 
-  get ws(): uWS.WebSocket<SessionData> | null { return this.socket; }
-  set ws(w: uWS.WebSocket<SessionData> | null) {
+  get ws(): SocketIO | null { return this.socket; }
+  set ws(w: SocketIO | null) {
     this.socket = w;
     const pending = this.closeOnOpen;
     this.closeOnOpen = null;
@@ -129,7 +127,7 @@ export class Session implements SessionSocket {
 }
 
 /** Writes an HTTP refusal of an upgrade in the family's envelope. */
-export function refuseUpgrade(res: uWS.HttpResponse, err: GatewayError, family: ErrorRenderer, requestId: string): void {
+export function refuseUpgrade(res: UpgradeOut, err: GatewayError, family: ErrorRenderer, requestId: string): void {
   res.cork(() => {
     res.writeStatus(statusLine(err.status));
     res.writeHeader('content-type', 'application/json');

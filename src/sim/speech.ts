@@ -157,7 +157,8 @@ function send(res: http.ServerResponse, format: Codec, sse: boolean, input: stri
   const next = (): void => {
     if (res.destroyed) return;
     while (sent < pieces.length) {
-      if (faults?.truncateAfter != null && sent >= faults.truncateAfter) { res.destroy(); return; }
+      // After what was written has gone out: Node 22 drops a response's still-corked writes when it is destroyed in the same tick.
+      if (faults?.truncateAfter != null && sent >= faults.truncateAfter) { setImmediate(() => res.destroy()); return; }
       const ok = emit(enc.push(pieces[sent++]!));
       if (!ok) { res.once('drain', next); return; }
       if (faults && faults.delayMs > 0) { setTimeout(next, faults.delayMs); return; }

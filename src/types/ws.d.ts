@@ -27,6 +27,7 @@ declare module 'ws' {
     send(data: string | Buffer | Uint8Array, options: { binary?: boolean }, cb?: (err?: Error) => void): void;
     close(code?: number, reason?: string | Buffer): void;
     terminate(): void;
+    ping(data?: string | Buffer): void;
     /** Stops reading from the socket: no more `message` events until `resume`. */
     pause(): void;
     resume(): void;
@@ -34,6 +35,7 @@ declare module 'ws' {
     on(event: 'message', listener: (data: RawData, isBinary: boolean) => void): this;
     on(event: 'close', listener: (code: number, reason: Buffer) => void): this;
     on(event: 'error', listener: (err: Error) => void): this;
+    on(event: 'pong', listener: (data: Buffer) => void): this;
     on(event: 'unexpected-response', listener: (req: ClientRequest, res: IncomingMessage) => void): this;
     once(event: 'open', listener: () => void): this;
     once(event: 'close', listener: (code: number, reason: Buffer) => void): this;
@@ -41,7 +43,11 @@ declare module 'ws' {
     once(event: 'unexpected-response', listener: (req: ClientRequest, res: IncomingMessage) => void): this;
   }
 
-  export interface ServerOptions { noServer?: boolean; maxPayload?: number; perMessageDeflate?: boolean }
+  export interface ServerOptions {
+    noServer?: boolean; maxPayload?: number; perMessageDeflate?: boolean; clientTracking?: boolean;
+    /** The subprotocol to answer (false: none) from those the client offered. */
+    handleProtocols?: (protocols: Set<string>, req: IncomingMessage) => string | false;
+  }
 
   export class WebSocketServer extends EventEmitter {
     constructor(options: ServerOptions);

@@ -14,6 +14,8 @@ export const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const CLI = join(ROOT, 'dist', 'cli.js');
 export const PG_ADMIN_URL = process.env.TOLLGATE_TEST_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const REDIS_URL = process.env.TOLLGATE_TEST_REDIS ?? 'redis://127.0.0.1:6379';
+/** The Node that runs the gateway and its CLI: TOLLGATE_TEST_NODE (another version, test/node-versions), else this one. */
+export const NODE = process.env.TOLLGATE_TEST_NODE || process.execPath;
 
 export const TEST_MODELS = [
   { id: 'sim-chat', upstream: 'sim', aliases: ['tollgate-27b'], kind: 'chat', simulated: true, input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
@@ -47,7 +49,9 @@ export async function freshDatabase() {
 /**
  * options: { store: 'pglite' | 'postgres', redis: boolean, redisUrl (another Redis), embedded: boolean (no --config at all),
  *            upstreams, models, limits, batches, voices, database: {url} (share one), redisPrefix (share one), env, workers,
- *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl }
+ *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl,
+ *            node (the Node binary to run it on; default NODE), frontend ('uws' | 'node' | 'auto': the config's `frontend`) }
+ * TOLLGATE_FRONTEND in the environment is passed on (it overrides the config's `frontend`).
  */
 export async function startGateway(t, options = {}) {
   const store = options.store ?? 'postgres';
@@ -69,6 +73,7 @@ export async function startGateway(t, options = {}) {
       payments: options.payments ?? { provider: 'sandbox', allow_sandbox: true },
       ...(options.publicUrl ? { public_url: options.publicUrl } : {}),
       ...(options.workers ? { workers: options.workers } : {}),
+      ...(options.frontend ? { frontend: options.frontend } : {}),
     };
     if (store === 'postgres') {
       if (!db) { db = await freshDatabase(); cleanups.push(() => db.drop()); }
@@ -87,7 +92,8 @@ export async function startGateway(t, options = {}) {
   }
   const args = ['serve', '--data-dir', dir, '--listen', '127.0.0.1:0'];
   if (configPath) args.push('--config', configPath);
-  const proc = spawn(process.execPath, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const node = options.node ?? NODE;
+  const proc = spawn(node, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   const output = { stdout: '', stderr: '' };
   proc.stderr.on('data', (d) => { output.stderr += d; });
   const starting = new Promise((resolve, reject) => {
@@ -119,7 +125,7 @@ export async function startGateway(t, options = {}) {
     /** Runs a CLI command against the same store, returning its --json object. */
     async cli(...cliArgs) {
       const full = [CLI, ...cliArgs, '--json', '--data-dir', dir, ...(configPath ? ['--config', configPath] : [])];
-      const { stdout } = await run(process.execPath, full, { env });
+      const { stdout } = await run(node, full, { env });
       return JSON.parse(stdout);
     },
     /** An account with `credit` dollars and one key with the given options; returns {account, key, prefix}. */
