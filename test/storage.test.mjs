@@ -220,7 +220,7 @@ function peakRss(pid) {
   return Number(m[1]) * 1024;
 }
 
-test('a large voices/add streams its samples to the store: 192 MiB of samples raise the gateway\'s peak memory by less than half of that', async (t) => {
+test('a large voices/add streams its samples to the store: 192 MiB of samples raise the gateway\'s peak memory by less than their size (holding the request whole would take at least that)', async (t) => {
   const gw = await startGateway(t, { voices: { max_request_bytes: 256 * MiB } });
   const { key, account } = await gw.account('5');
   const samples = Array.from({ length: 8 }, (_, i) => wav(24 * MiB - 44, i));
@@ -231,7 +231,8 @@ test('a large voices/add streams its samples to the store: 192 MiB of samples ra
   assert.equal(res.status, 200, await res.text());
   const grew = peakRss(gw.proc.pid) - before;
   t.diagnostic(`peak RSS grew by ${Math.round(grew / MiB)} MiB`);
-  assert.ok(grew < 96 * MiB, `peak RSS grew by ${Math.round(grew / MiB)} MiB for 192 MiB of samples`);
+  // Measured 39–105 MiB (garbage from the chunks read back, collected when V8 gets to it); 409 MiB when the request was held whole.
+  assert.ok(grew < 192 * MiB, `peak RSS grew by ${Math.round(grew / MiB)} MiB for 192 MiB of samples`);
   const stored = await storedBytes(gw, account);
   assert.equal(stored.bytes, 8 * 24 * MiB + 64 * KiB + 44);
 });
