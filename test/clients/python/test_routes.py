@@ -17,7 +17,7 @@ def test_a_client_pointed_at_either_base_url_chats_lists_models_and_is_billed(ga
     assert completion.choices[0].message.content
     usage = completion.usage
     gateway.assert_debited(account.key, before, cost_nano("sim-chat", usage.prompt_tokens, usage.completion_tokens))
-    assert sorted(m.id for m in client.models.list()) == ["sim-chat", "sim-embed", "sim-reasoner", "sim-sts", "sim-stt", "sim-tts", "sim-tts-clone"]
+    assert sorted(m.id for m in client.models.list()) == ["sim-chat", "sim-embed", "sim-realtime", "sim-reasoner", "sim-sts", "sim-stt", "sim-tts", "sim-tts-clone"]
     assert client.embeddings.create(model="sim-embed", input="alias").data[0].embedding
 
 
