@@ -77,20 +77,24 @@ function sink(codec: Codec, rate: number, total: number | undefined, o: EncoderO
   }
 }
 
+/** S16LE bytes in reads of any size, resampled and handed to `to`: whole samples only, an odd byte waits for the next read. */
+function samplesTo(rs: StreamResampler, to: (s: Int16Array) => Buffer): (chunk: Buffer) => Buffer {
+  let carry: Buffer | undefined;
+  return (chunk) => {
+    let buf = carry ? Buffer.concat([carry, chunk]) : chunk;
+    carry = undefined;
+    if (buf.length & 1) { carry = Buffer.from(buf.subarray(buf.length - 1)); buf = buf.subarray(0, buf.length - 1); }
+    return to(rs.push(int16(buf)));
+  };
+}
+
 export function audioEncoder(codec: Codec, o: EncoderOptions): AudioEncoder {
   const outRate = o.outRate ?? o.inRate;
   const total = o.totalSamples === undefined ? undefined : Math.floor((o.totalSamples * outRate) / o.inRate);
   const out = sink(codec, outRate, total, o);
   const rs = new StreamResampler(o.inRate, outRate);
-  let carry: Buffer | undefined;
   return {
-    push: (chunk) => {
-      // whole samples only: an odd byte waits for the next read
-      let buf = carry ? Buffer.concat([carry, chunk]) : chunk;
-      carry = undefined;
-      if (buf.length & 1) { carry = Buffer.from(buf.subarray(buf.length - 1)); buf = buf.subarray(0, buf.length - 1); }
-      return out.push(rs.push(int16(buf)));
-    },
+    push: samplesTo(rs, (s) => out.push(s)),
     end: () => Buffer.concat([out.push(rs.end()), out.end()]),
     close: () => out.close?.(),
   };
@@ -112,14 +116,8 @@ export function pieceStream(codec: Codec, o: EncoderOptions): PieceStream {
   return {
     piece: () => {
       const r = rs();
-      let carry: Buffer | undefined;
       return {
-        push: (chunk) => {
-          let buf = carry ? Buffer.concat([carry, chunk]) : chunk;
-          carry = undefined;
-          if (buf.length & 1) { carry = Buffer.from(buf.subarray(buf.length - 1)); buf = buf.subarray(0, buf.length - 1); }
-          return opus.push(r.push(int16(buf)));
-        },
+        push: samplesTo(r, (s) => opus.push(s)),
         end: () => Buffer.concat([opus.push(r.end()), opus.boundary()]),
         // a piece given up (its upstream broke): the stream itself ends with the session (close)
         close: () => undefined,
