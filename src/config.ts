@@ -45,11 +45,34 @@ const Upstream = Type.Object({
   speech_pcm_rate: Type.Integer({ minimum: 8000, maximum: 48_000, default: 24_000, description: 'the sample rate of its speech pcm (Hz): 24000 as OpenAI; Piper voices 22050 or 16000' }),
   // Transcription capabilities (src/config-transcription.ts).
   transcription: TranscriptionUpstream,
+  // Protection and health (src/proxy/pool.ts, docs/upstreams.md "Pools").
+  max_concurrency: Type.Optional(Type.Integer({ minimum: 1, description: 'requests in flight to this upstream at most; past it a request waits in the queue, goes to another upstream, or gets 503 upstream_busy' })),
+  rpm: Type.Optional(Type.Integer({ minimum: 1, description: 'requests started on this upstream per minute at most (a sliding minute), with the same queue' })),
+  queue_ms: Type.Integer({ minimum: 0, default: 1000, description: 'how long a request waits for a full upstream before 503 upstream_busy' }),
+  queue_size: Type.Integer({ minimum: 0, default: 64, description: 'requests that may wait for this upstream at once; more get 503 upstream_busy at once' }),
+  health: Type.Object({
+    eject_after: Type.Integer({ minimum: 1, default: 3, description: 'consecutive failures (connect failures, 5xx, timeouts) that eject the upstream' }),
+    eject_ms: Type.Integer({ minimum: 100, default: 5000, description: 'the first ejection\'s length; each further one in a row doubles it' }),
+    max_eject_ms: Type.Integer({ minimum: 100, default: 60_000, description: 'the longest ejection' }),
+    probe_path: Type.String({ pattern: '^/', default: '/v1/models', description: 'the active probe: a GET, unbilled, never a generation' }),
+    probe_interval_ms: Type.Integer({ minimum: 0, default: 10_000, description: 'how often the probe runs, for upstreams in a pool of two or more (0: never)' }),
+  }, { additionalProperties: false, default: {} }),
 }, { additionalProperties: false });
+
+/** One upstream of a model's pool: by name, or with its weight, priority (0 is best) and model name there. */
+const PoolEntry = Type.Union([
+  Type.String({ minLength: 1 }),
+  Type.Object({
+    name: Type.String({ minLength: 1 }),
+    weight: Type.Integer({ minimum: 1, maximum: 1000, default: 1 }),
+    priority: Type.Integer({ minimum: 0, maximum: 100, default: 0 }),
+    upstream_model: Type.Optional(Type.String({ minLength: 1 })),
+  }, { additionalProperties: false }),
+]);
 
 const Model = Type.Object({
   id: Type.String({ minLength: 1 }),
-  upstream: Type.String({ minLength: 1 }),
+  upstream: Type.Union([Type.String({ minLength: 1 }), Type.Array(PoolEntry, { minItems: 1 })]),
   upstream_model: Type.Optional(Type.String({ minLength: 1 })),
   aliases: Type.Array(Type.String({ minLength: 1 }), { default: [] }),
   kind: Type.Union(MODEL_KINDS.map((k) => Type.Literal(k))),
@@ -80,6 +103,9 @@ export const ConfigSchema = Type.Object({
     description: 'what serves HTTP and WebSocket: uws (uWebSockets.js), node (node:http), auto (uws where its binary loads on this Node, else node); TOLLGATE_FRONTEND overrides it' }),
   database: Type.Optional(Type.Object({ url_env: EnvName, pool_size: Type.Integer({ minimum: 1, default: 10 }) }, { additionalProperties: false })),
   redis: Type.Optional(Type.Object({ url_env: EnvName, key_prefix: Type.String({ default: 'tollgate:' }) }, { additionalProperties: false })),
+  routing: Type.Object({
+    max_attempts: Type.Integer({ minimum: 1, maximum: 10, default: 3, description: 'upstreams one request may be tried on, each a different one, under the retry rule (README)' }),
+  }, { additionalProperties: false, default: {} }),
   limits: Type.Object({
     default_rpm: Type.Integer({ minimum: 1, default: 600 }),
     default_concurrency: Type.Integer({ minimum: 1, default: 32 }),
@@ -129,9 +155,15 @@ export const ConfigSchema = Type.Object({
 
 export type RawConfig = Static<typeof ConfigSchema>;
 
+/** One upstream of a model's pool (docs/upstreams.md "Pools"). */
+export interface PoolEntry { name: string; weight: number; priority: number; upstreamModel: string }
+
 export interface ModelConfig {
   id: string;
+  /** The pool's first upstream: the one sessions and voice cloning use, and whose capabilities the routes read. */
   upstream: string;
+  /** Every upstream that serves the model (one entry when `upstream` names one). */
+  pool: readonly PoolEntry[];
   upstreamModel: string;
   aliases: string[];
   kind: ModelKind;
@@ -169,6 +201,12 @@ export interface UpstreamConfig {
   speech: SpeechCaps;
   /** What its transcription routes do (field name, formats, streaming). */
   transcription: TranscriptionCaps;
+  /** In flight and started per minute at most (undefined: no bound), and the queue past them. */
+  maxConcurrency: number | undefined;
+  rpm: number | undefined;
+  queueMs: number;
+  queueSize: number;
+  health: { ejectAfter: number; ejectMs: number; maxEjectMs: number; probePath: string; probeIntervalMs: number };
 }
 
 export interface SpeechCaps { formats: readonly SpeechFormat[]; pcmRate: number }
@@ -192,6 +230,8 @@ export interface Config {
   fileSweepMs: number;
   upstreams: Map<string, UpstreamConfig>;
   models: ModelConfig[];
+  /** How many upstreams one request may be tried on (the retry rule). */
+  routing: { maxAttempts: number };
   batches: { concurrency: number; pollMs: number; leaseMs: number; maxFileBytes: number };
   /** The models a realtime session's audio goes through (ids; undefined: no such model is configured, audio is refused). */
   realtime: { transcriptionModel: string | undefined; speechModel: string | undefined; idleTimeoutMs: number };
@@ -288,11 +328,14 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
       speech: { formats: Object.freeze([...(u.speech_formats ?? SPEECH_FORMATS)]), pcmRate: u.speech_pcm_rate },
       transcription: transcriptionCaps(u.transcription),
+      maxConcurrency: u.max_concurrency, rpm: u.rpm, queueMs: u.queue_ms, queueSize: u.queue_size,
+      health: { ejectAfter: u.health.eject_after, ejectMs: u.health.eject_ms, maxEjectMs: Math.max(u.health.max_eject_ms, u.health.eject_ms),
+        probePath: u.health.probe_path, probeIntervalMs: u.health.probe_interval_ms },
     });
   }
   const seen = new Set<string>();
   const models = c.models.map((m, i): ModelConfig => {
-    if (!upstreams.has(m.upstream)) fail(`/models/${i}/upstream`, `no upstream named "${m.upstream}"`);
+    const pool = poolOf(m, i, upstreams, fail);
     for (const name of [m.id, ...m.aliases]) {
       if (seen.has(name)) fail(`/models/${i}/id`, `model id or alias "${name}" is used twice`);
       seen.add(name);
@@ -302,13 +345,13 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       // Voice conversion takes the family's voice_settings and nothing else of the list.
       if (m.speech_params.some((p) => p !== 'voice_settings')) fail(`/models/${i}/speech_params`, 'a sts model takes only voice_settings');
     } else if (m.speech_params.length > 0 && m.kind !== 'tts') fail(`/models/${i}/speech_params`, 'only a tts or sts model takes speech parameters');
-    const passthrough = m.kind === 'realtime' && upstreams.get(m.upstream)!.realtimeApi;
+    const passthrough = m.kind === 'realtime' && upstreams.get(pool[0]!.name)!.realtimeApi;
     for (const f of ['audio_input_per_mtok', 'audio_output_per_mtok', 'cached_input_per_mtok'] as const) {
       if (m[f] !== undefined && !passthrough) fail(`/models/${i}/${f}`, 'only a realtime model on a realtime_api upstream is billed audio or cached tokens');
     }
     const prices = unitPrices(m, i, fail, passthrough);
     return {
-      id: m.id, upstream: m.upstream, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
+      id: m.id, upstream: pool[0]!.name, pool, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
       description: m.description, simulated: m.simulated, prices, batchPrices: discounted(prices, m.batch_discount_percent),
       maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning, speechParams: m.speech_params, passthrough,
     };
@@ -357,7 +400,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       uploadBytes: c.limits.upload_bytes, routeUploadBytes: c.limits.route_upload_bytes, storageBytesPerAccount: c.limits.storage_bytes_per_account },
     voices: { maxPerAccount: c.voices.max_per_account, maxSamples: c.voices.max_samples, maxRequestBytes: c.voices.max_request_bytes },
     fileSweepMs: envInt(env, 'TOLLGATE_FILE_SWEEP_MS') ?? 60_000,
-    upstreams, models,
+    upstreams, models, routing: { maxAttempts: c.routing.max_attempts },
     batches: {
       concurrency: c.batches.concurrency, leaseMs: envInt(env, 'TOLLGATE_BATCH_LEASE_MS') ?? c.batches.lease_ms,
       pollMs: envInt(env, 'TOLLGATE_BATCH_POLL_MS') ?? c.batches.poll_ms, maxFileBytes: c.batches.max_file_bytes,
@@ -397,6 +440,32 @@ function discounted(p: UnitPrices, percent: number): UnitPrices {
     audioInputPerMTok: ((p.audioInputPerMTok ?? 0n) * k) / 100n, audioOutputPerMTok: ((p.audioOutputPerMTok ?? 0n) * k) / 100n,
     cachedInputPerMTok: ((p.cachedInputPerMTok ?? 0n) * k) / 100n,
   };
+}
+
+/** A model's pool from its `upstream` (a name or a list): each upstream named once and known, alike where the routes read one. */
+function poolOf(m: RawConfig['models'][number], i: number, upstreams: ReadonlyMap<string, UpstreamConfig>, fail: (field: string, msg: string) => never): PoolEntry[] {
+  const list = typeof m.upstream === 'string' ? [m.upstream] : m.upstream;
+  const base = m.upstream_model ?? m.id;
+  const pool = list.map((e): PoolEntry => (typeof e === 'string'
+    ? { name: e, weight: 1, priority: 0, upstreamModel: base }
+    : { name: e.name, weight: e.weight ?? 1, priority: e.priority ?? 0, upstreamModel: e.upstream_model ?? base }));
+  const where = (j: number) => (typeof m.upstream === 'string' ? `/models/${i}/upstream` : `/models/${i}/upstream/${j}`);
+  pool.forEach((e, j) => {
+    // Only the text routes build their body per upstream; the speech routes send one body to whichever answers.
+    if (e.upstreamModel !== base && m.kind !== 'chat' && m.kind !== 'embedding') fail(`${where(j)}/upstream_model`, 'only a chat or embedding model names its model per upstream; set the model\'s upstream_model');
+    if (!upstreams.has(e.name)) fail(where(j), `no upstream named "${e.name}"`);
+    if (pool.findIndex((x) => x.name === e.name) !== j) fail(where(j), `upstream "${e.name}" is listed twice`);
+  });
+  // The routes read one upstream's protocol switches: every upstream of a pool must agree on them.
+  const first = upstreams.get(pool[0]!.name)!;
+  for (const [j, e] of pool.entries()) {
+    const u = upstreams.get(e.name)!;
+    for (const [f, field] of [['responsesApi', 'responses_api'], ['realtimeApi', 'realtime_api'], ['usagePerTask', 'usage_per_task'],
+      ['promptProgress', 'prompt_progress'], ['continuousUsage', 'continuous_usage_stats (a sim upstream has it)']] as const) {
+      if (u[f] !== first[f]) fail(where(j), `upstream "${e.name}" differs from "${first.name}" in ${field}: a pool's upstreams must speak alike`);
+    }
+  }
+  return pool;
 }
 
 function headerRules(list: string[]): { names: string[]; prefixes: string[] } {

@@ -14,7 +14,7 @@ export type ErrorCode =
   // admission
   | 'insufficient_balance' | 'key_spend_limit_reached' | 'rate_limit_exceeded' | 'concurrency_limit_exceeded'
   // the upstream
-  | 'upstream_invalid_request' | 'context_length_exceeded' | 'upstream_error' | 'upstream_unavailable' | 'upstream_timeout' | 'upstream_malformed_response'
+  | 'upstream_invalid_request' | 'context_length_exceeded' | 'upstream_error' | 'upstream_unavailable' | 'upstream_timeout' | 'upstream_malformed_response' | 'upstream_busy'
   // payments
   | 'payment_provider_error' | 'invalid_signature' | 'invalid_event'
   // the gateway

@@ -96,7 +96,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   const ffmpeg = await finding;
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,
-    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls) };
+    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts) };
   const s = { ...base, billing: new Billing(base) } as Services;
   s.batches = new BatchWorker(s, batchEndpoints());
   metrics.ledgerWrites = () => settler.writes;
@@ -107,6 +107,8 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   metrics.commitFailures = () => committer.commitsFailed;
   metrics.parkedDebits = () => committer.parked;
   metrics.recoveredDebits = () => recovery.recovered;
+  metrics.upstreamHealth = () => s.upstreams.pools.health();
+  s.upstreams.startProbes(c.models);
   // Debits a dead process left durable but uncommitted: claimed now (an embedded restart replays
   // its journal before it serves) and then every second.
   await recovery.start();

@@ -3,7 +3,9 @@ import type { IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { GatewayError } from '../errors.js';
 import type { UpstreamCall, Upstreams } from '../proxy/upstream.js';
+import type { PoolEntry } from '../config.js';
 import { upstreamMalformed } from '../proxy/upstream.js';
+import { markUndone } from '../proxy/routed.js';
 import { log } from '../observe/log.js';
 import type { Charge } from './charge.js';
 import type { Meter } from './meter.js';
@@ -59,7 +61,11 @@ export async function relay(r: Relay): Promise<void> {
     // billed in full, as the client asked (and as OpenAI bills an abandoned non-streamed request).
     if (r.meter.mode === 'stream') r.down.onAbort(r.call.abort);
     const res = await r.call.response;
-    if (res.statusCode !== 200) throw await r.upstreamError(res);
+    if (res.statusCode !== 200) {
+      const err = await r.upstreamError(res);
+      // 429 and 503 say nothing was generated: a request that opted in may fall back to another model.
+      throw res.statusCode === 429 || res.statusCode === 503 ? markUndone(err) : err;
+    }
     const head = r.meter.onResponse(res.headers);
     const headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
     res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
@@ -67,6 +73,8 @@ export async function relay(r: Relay): Promise<void> {
     if (r.meter.mode === 'buffered') await buffered(r, body, started, head.contentType, headers);
     else await streamed(r, body, started, head.contentType, headers);
   } finally {
+    // A pool's upstream slot is freed once the reply is done with, whatever ended it.
+    r.call.finish?.();
     // Whatever ended the exchange, a charge still open (an error before its settle) bills nothing.
     if (r.charge.isOpen) await r.charge.release();
   }
@@ -149,21 +157,22 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
 
 /** What relayCall needs beside the relay itself: the model whose upstream is called, and the request to send it. */
 export interface CallSpec extends Omit<Relay, 'call' | 'idleMs' | 'label'> {
-  model: { id: string; upstream: string };
+  model: { id: string; upstream: string; pool: readonly PoolEntry[] };
   path: string;
   headers: Record<string, string>;
   body: Buffer;
 }
 
 /**
- * POSTs the request to the model's upstream and relays the reply (idle cut at the upstream's timeout,
- * the model named in the log). A call that cannot even start releases the charge: nothing was sent,
- * nothing is billed.
+ * POSTs the request to the model's pool (src/proxy/routed.ts: retried elsewhere only while the upstream
+ * cannot have done the work) and relays the reply (idle cut at the upstream's timeout, the model named
+ * in the log). A call that cannot even start releases the charge: nothing was sent, nothing is billed.
  */
 export async function relayCall(upstreams: Upstreams, c: CallSpec): Promise<void> {
   let call: UpstreamCall;
   try {
-    call = upstreams.call(c.model.upstream, 'POST', c.path, c.headers, c.body, c.requestId);
+    const body = c.body;
+    call = upstreams.route({ pool: c.model.pool, method: 'POST', path: c.path, headers: c.headers, body: () => body, requestId: c.requestId });
   } catch (e) {
     await c.charge.release();
     throw e;

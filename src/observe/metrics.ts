@@ -1,5 +1,8 @@
 // Prometheus counters and histograms for /metrics, kept as plain numbers (no client library needed).
 
+/** One upstream's line in /metrics (src/proxy/pool.ts fills it; the label set is the configured names: bounded). */
+export interface UpstreamHealth { name: string; healthy: boolean; inFlight: number; ejections: number; retries: number; busy: number }
+
 const BUCKETS_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
 
 class Histogram {
@@ -26,6 +29,8 @@ export class Metrics {
   parkedDebits = (): number => 0;
   recoveredDebits = (): number => 0;
   keyLookups = (): number => 0;
+  /** Per configured upstream (a bounded label set): health, in flight, ejections, retries, busy refusals. */
+  upstreamHealth = (): UpstreamHealth[] => [];
   /** The front end serving (server/io.ts): uws or node. */
   frontEnd = '';
 
@@ -66,11 +71,27 @@ export class Metrics {
     out.push(`tollgate_parked_debits_total ${this.parkedDebits()}`);
     out.push('# HELP tollgate_recovered_debits_total Debits this instance committed for a dead instance or from its journal at start.', '# TYPE tollgate_recovered_debits_total counter');
     out.push(`tollgate_recovered_debits_total ${this.recoveredDebits()}`);
+    upstreams(out, this.upstreamHealth());
     if (this.frontEnd) {
       out.push('# HELP tollgate_frontend_info The front end serving HTTP and WebSocket (uws: uWebSockets.js; node: node:http).', '# TYPE tollgate_frontend_info gauge');
       out.push(`tollgate_frontend_info{frontend="${this.frontEnd}"} 1`);
     }
     return `${out.join('\n')}\n`;
+  }
+}
+
+function upstreams(out: string[], list: UpstreamHealth[]): void {
+  if (list.length === 0) return;
+  const rows: [string, string, string, (u: UpstreamHealth) => number][] = [
+    ['tollgate_upstream_healthy', 'gauge', '1 while the upstream takes requests, 0 while it is ejected (passive or active health).', (u) => (u.healthy ? 1 : 0)],
+    ['tollgate_upstream_in_flight', 'gauge', 'Requests this instance has in flight to the upstream.', (u) => u.inFlight],
+    ['tollgate_upstream_ejections_total', 'counter', 'Times the upstream was ejected for failing.', (u) => u.ejections],
+    ['tollgate_upstream_retries_total', 'counter', 'Attempts on the upstream that failed before any output and went on to another upstream.', (u) => u.retries],
+    ['tollgate_upstream_busy_total', 'counter', 'Requests refused 503 upstream_busy while the upstream was at its max_concurrency, rpm or Retry-After pause.', (u) => u.busy],
+  ];
+  for (const [name, type, help, value] of rows) {
+    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+    for (const u of list) out.push(`${name}{upstream="${u.name}"} ${value(u)}`);
   }
 }
 

@@ -4,8 +4,11 @@ import { EventEmitter } from 'node:events';
 import type { Readable, Stream } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
 import { GatewayError, clientClosed } from '../errors.js';
-import type { UpstreamConfig } from '../config.js';
+import type { ModelConfig, UpstreamConfig } from '../config.js';
 import { log } from '../observe/log.js';
+import { Pools } from './pool.js';
+import { routeCall, type RouteSpec, type RoutedCall } from './routed.js';
+import { startProbes } from './probe.js';
 
 /**
  * What http-proxy-3 reads from an incoming request: method, url, headers, socket, and `on('error')`.
@@ -35,6 +38,7 @@ export interface StreamedBody {
 
 /** What it reads from the response: `close` (the client left: it destroys the upstream request) and state flags. */
 class AdaptedResponse extends EventEmitter {
+  outgoing: http.ClientRequest | undefined = undefined;
   writableFinished = false;
   headersSent = false;
   finished = false;
@@ -44,6 +48,10 @@ export interface UpstreamCall {
   response: Promise<http.IncomingMessage>;
   /** Stops the upstream request (client gone or timeout); the upstream sees its socket close. */
   abort(): void;
+  /** The request was written whole to the upstream's socket (after a failure: it may have done the work). */
+  readonly written?: boolean;
+  /** The reply is done with (relayed, failed or dropped): a pool frees the upstream's slot. */
+  finish?(): void;
 }
 
 /**
@@ -56,10 +64,16 @@ export class Upstreams {
   private readonly proxy = createProxyServer({});
   private readonly agents = new Map<string, http.Agent>();
   private readonly targets = new Map<string, URL>();
+  /** Health and protection of every upstream, and the pick of one of a model's pool. */
+  readonly pools: Pools;
+  private stopProbes = (): void => undefined;
 
-  constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>) {
+  constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>, private readonly maxAttempts = 3) {
+    this.pools = new Pools(configs);
     // With selfHandleResponse the proxy hands each upstream response to its request's adapter.
     this.proxy.on('proxyRes', (proxyRes: http.IncomingMessage, _req: unknown, res: EventEmitter) => res.emit('proxyRes', proxyRes));
+    // The outgoing request, once it has a socket: whether it was written decides whether a failure may be retried.
+    this.proxy.on('proxyReq', (proxyReq: http.ClientRequest, _req: unknown, res: unknown) => { (res as AdaptedResponse).outgoing = proxyReq; });
   }
 
   baseUrl(name: string): string {
@@ -127,10 +141,42 @@ export class Upstreams {
       });
     });
     response.catch(() => undefined);
-    return { response, abort: () => { clientGone = true; clearTimeout(timer); abort(); } };
+    return {
+      response, abort: () => { clientGone = true; clearTimeout(timer); abort(); },
+      get written() { return res.outgoing?.writableFinished === true; },
+    };
+  }
+
+  /** The active health probe: a GET of `path` (unbilled, never a generation); true when the upstream answers below 500 in time. */
+  probe(name: string, path: string): Promise<boolean> {
+    const cfg = this.config(name);
+    const t = this.target(name);
+    const url = new URL(`${t.pathname.replace(/\/+$/, '')}${path}`, t);
+    const headers: http.OutgoingHttpHeaders = cfg.apiKeyEnv ? { authorization: `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}` } : {};
+    return new Promise((resolve) => {
+      const req = http.get(url, { agent: this.agent(name), headers, timeout: Math.min(cfg.timeoutMs, 5000) }, (res) => {
+        res.resume();
+        res.once('end', () => resolve((res.statusCode ?? 500) < 500));
+        res.once('error', () => resolve(false));
+      });
+      req.once('timeout', () => req.destroy(new Error('probe timed out')));
+      req.once('error', () => resolve(false));
+    });
+  }
+
+  /** Sends the request to a model's pool under the retry rule (src/proxy/routed.ts); `finish` frees the upstream's slot. */
+  route(spec: Omit<RouteSpec, 'maxAttempts'>): RoutedCall {
+    return routeCall(this, this.pools, { ...spec, maxAttempts: this.maxAttempts });
+  }
+
+  /** Starts the active health probes of the upstreams that share a pool. */
+  startProbes(models: readonly ModelConfig[]): void {
+    this.stopProbes();
+    this.stopProbes = startProbes(this, models);
   }
 
   close(): void {
+    this.stopProbes();
     for (const a of this.agents.values()) a.destroy();
     this.proxy.close();
   }

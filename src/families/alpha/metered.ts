@@ -1,7 +1,7 @@
 // One OpenAI-shaped text exchange: the charge, the only body rewrite we make, the upstream call, the meter and the relay.
 import type { Services } from '../../services.js';
 import type { KeyRecord } from '../../store/keys.js';
-import type { ModelConfig } from '../../config.js';
+import type { ModelConfig, PoolEntry } from '../../config.js';
 import { Charge } from '../../exchange/charge.js';
 import { relay, type Downstream } from '../../exchange/relay-http.js';
 import type { Meter } from '../../exchange/meter.js';
@@ -75,7 +75,15 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   }
   let call;
   try {
-    call = s.upstreams.call(x.model.upstream, 'POST', x.upstreamPath, ctx.headers, x.upstreamBody ?? (viaStream ? asStream(x) : rewrite(x, stream, clientWantsUsage, up)), ctx.requestId);
+    // The body per upstream of the pool: each may name the model its own way (upstream_model).
+    const bodies = new Map<string, Buffer>();
+    const bodyFor = (e: PoolEntry): Buffer => {
+      if (x.upstreamBody) return x.upstreamBody;
+      let b = bodies.get(e.upstreamModel);
+      if (!b) { b = viaStream ? asStream(x, e.upstreamModel) : rewrite(x, e.upstreamModel, stream, clientWantsUsage, up); bodies.set(e.upstreamModel, b); }
+      return b;
+    };
+    call = s.upstreams.route({ pool: x.model.pool, method: 'POST', path: x.upstreamPath, headers: ctx.headers, body: bodyFor, requestId: ctx.requestId });
   } catch (e) {
     await charge.release();
     throw e;
@@ -88,15 +96,15 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
 }
 
 /** Rewrites only when something must change: the upstream's model name, or the usage (and prompt progress) we must ask for. */
-function rewrite(x: TextExchange, stream: boolean, clientWantsUsage: boolean, up: { continuousUsage: boolean; promptProgress: boolean }): Buffer {
+function rewrite(x: TextExchange, upstreamModel: string, stream: boolean, clientWantsUsage: boolean, up: { continuousUsage: boolean; promptProgress: boolean }): Buffer {
   const continuous = up.continuousUsage;
-  const renameModel = x.parsed.model !== x.model.upstreamModel;
+  const renameModel = x.parsed.model !== upstreamModel;
   const addUsage = stream && !x.responsesUpstream && (!clientWantsUsage || continuous);
   // llama.cpp's prompt count, before any output: what a stream cut before its usage is billed for its prompt.
   const addProgress = stream && !x.responsesUpstream && up.promptProgress && x.parsed.return_progress !== true;
   if (!renameModel && !addUsage && !addProgress) return x.body;
   const out = { ...x.parsed };
-  if (renameModel) out.model = x.model.upstreamModel;
+  if (renameModel) out.model = upstreamModel;
   if (addProgress) out.return_progress = true;
   if (addUsage) {
     out.stream_options = { ...((x.parsed.stream_options as object | null) ?? {}), include_usage: true, ...(continuous ? { continuous_usage_stats: true } : {}) };
@@ -105,7 +113,7 @@ function rewrite(x: TextExchange, stream: boolean, clientWantsUsage: boolean, up
 }
 
 /** The buffered request as a stream with usage (StreamJsonMeter builds the whole reply back). */
-function asStream(x: TextExchange): Buffer {
+function asStream(x: TextExchange, upstreamModel: string): Buffer {
   const opts = (x.parsed.stream_options as object | null | undefined) ?? {};
-  return Buffer.from(JSON.stringify({ ...x.parsed, model: x.model.upstreamModel, stream: true, stream_options: { ...opts, include_usage: true } }));
+  return Buffer.from(JSON.stringify({ ...x.parsed, model: upstreamModel, stream: true, stream_options: { ...opts, include_usage: true } }));
 }

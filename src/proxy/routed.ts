@@ -1,0 +1,108 @@
+// One request over a model's pool: attempts on different upstreams under the retry rule (README "Upstream pools"), one reply handed back.
+import type { IncomingMessage } from 'node:http';
+import type { PoolEntry } from '../config.js';
+import { GatewayError, clientClosed } from '../errors.js';
+import { log } from '../observe/log.js';
+import type { Pools, Lease } from './pool.js';
+import type { StreamedBody, UpstreamCall, Upstreams } from './upstream.js';
+
+export interface RouteSpec {
+  pool: readonly PoolEntry[];
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+  /** The body for one upstream of the pool (its `upstream_model` may differ). A streamed body is sent once: never retried. */
+  body(entry: PoolEntry): Buffer | StreamedBody;
+  requestId: string;
+  maxAttempts: number;
+}
+
+/** A pool's call: `entry` is the upstream whose reply `response` is (set once it resolves). */
+export interface RoutedCall extends UpstreamCall {
+  readonly entry: PoolEntry | undefined;
+}
+
+/**
+ * Sends the request to the best upstream of the pool and, while no byte has reached the client and the
+ * upstream cannot have done the work, to the next: a connect failure before the request was written
+ * whole, or a 429/503 reply (nothing generated). Never after a reply starts (this resolves before the
+ * relay reads any of it), never on another status, a timeout, or a failure after the request was
+ * written; at most `maxAttempts` upstreams, within the first upstream's timeout.
+ */
+export function routeCall(ups: Upstreams, pools: Pools, spec: RouteSpec): RoutedCall {
+  let current: UpstreamCall | undefined;
+  let lease: Lease | undefined;
+  let gone = false;
+  let answered: PoolEntry | undefined;
+  const deadline = Date.now() + ups.config(spec.pool[0]!.name).timeoutMs;
+  const next = (l: Lease, why: string): void => {
+    pools.retried(l.entry.name);
+    log('info', 'upstream attempt retried elsewhere', { request_id: spec.requestId, upstream: l.entry.name, reason: why });
+    l.release();
+  };
+  const response = (async (): Promise<IncomingMessage> => {
+    const tried = new Set<string>();
+    for (let attempt = 1; ; attempt++) {
+      if (gone) throw clientClosed();
+      lease = (await pools.acquire(spec.pool, tried, deadline, () => gone).catch((e: unknown) => { if (e instanceof GatewayError) undone.add(e); throw e; })) ?? undefined;
+      if (!lease) throw new Error('a pool with no upstream to try'); // unreachable: the loop stops before every one is tried
+      const l = lease;
+      tried.add(l.entry.name);
+      const body = spec.body(l.entry);
+      const again = Buffer.isBuffer(body) && attempt < spec.maxAttempts && tried.size < spec.pool.length;
+      const call = ups.call(l.entry.name, spec.method, spec.path, spec.headers, body, spec.requestId, Math.max(1, deadline - Date.now()));
+      current = call;
+      let res: IncomingMessage;
+      try {
+        res = await call.response;
+      } catch (e) {
+        if (gone || (e as GatewayError).code === 'client_closed') { l.release(); throw e; }
+        l.failed();
+        const unsent = e instanceof GatewayError && e.code === 'upstream_unavailable' && !call.written;
+        if (again && unsent && Date.now() < deadline) { next(l, `connect failed: ${e.message}`); continue; }
+        l.release();
+        if (unsent) undone.add(e as GatewayError);
+        throw e;
+      }
+      const status = res.statusCode ?? 502;
+      if (status === 429 || status === 503) {
+        const wait = retryAfterMs(res);
+        if (wait !== undefined) l.pause(wait);
+        if (status === 503) l.failed();
+        if (again && Date.now() < deadline) { res.resume(); next(l, `status ${status}`); continue; }
+      } else if (status >= 500) l.failed();
+      else l.ok();
+      answered = l.entry;
+      return res;
+    }
+  })();
+  response.catch(() => undefined);
+  return {
+    response,
+    get entry() { return answered; },
+    get written() { return current?.written ?? false; },
+    abort: () => { gone = true; current?.abort(); },
+    finish: () => { lease?.release(); },
+  };
+}
+
+/** Errors of attempts no upstream can have worked on (busy, not connected, 429/503): a request that opted in may fall back to another model. */
+const undone = new WeakSet<GatewayError>();
+
+/** Marks an error as one no upstream worked on (the relay marks a 429/503 reply's error). */
+export function markUndone(e: GatewayError): GatewayError { undone.add(e); return e; }
+
+/** No upstream can have done the work that ended in `e`: another model may be tried (opt-in fallback). */
+export function wasUndone(e: unknown): boolean { return e instanceof GatewayError && undone.has(e); }
+
+/** An upstream's Retry-After (seconds or an HTTP date) or retry-after-ms, in ms; undefined when absent or unreadable. */
+export function retryAfterMs(res: IncomingMessage): number | undefined {
+  const ms = Number(res.headers['retry-after-ms']);
+  if (Number.isFinite(ms) && ms > 0) return Math.min(ms, 3_600_000);
+  const v = res.headers['retry-after'];
+  if (typeof v !== 'string' || v === '') return undefined;
+  const s = Number(v);
+  if (Number.isFinite(s) && s >= 0) return Math.min(s * 1000, 3_600_000);
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? undefined : Math.min(Math.max(0, at - Date.now()), 3_600_000);
+}

@@ -1,0 +1,60 @@
+// Upstreams a test controls: a sim in its own process (to kill -9), and a tiny HTTP server answering what the test says.
+import { spawn } from 'node:child_process';
+import http from 'node:http';
+import { CLI, NODE } from './gateway.mjs';
+
+/** `node dist/cli.js sim` in a child process on port 0: { url, proc, kill() } (SIGKILL). Killed after the test. */
+export async function spawnSim(t, args = []) {
+  const proc = spawn(NODE, [CLI, 'sim', '--listen', '127.0.0.1:0', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  const url = await new Promise((resolve, reject) => {
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = /"url":"([^"]+)"/.exec(out);
+      if (m) resolve(m[1]);
+    });
+    proc.once('exit', (code) => reject(new Error(`sim exited with ${code}: ${out}`)));
+  });
+  const kill = () => { if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL'); };
+  t.after(kill);
+  return { url, proc, kill };
+}
+
+/**
+ * An HTTP server on port 0 whose answer the test sets: `stub.reply = (req, res) => ...` (default: 200 `{}`).
+ * Counts requests by `METHOD path` in `stub.hits`. Closed after the test.
+ */
+export async function startStub(t) {
+  const stub = {
+    hits: [],
+    reply: (_req, res) => { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{}'); },
+    count(prefix) { return stub.hits.filter((h) => h.startsWith(prefix)).length; },
+  };
+  const server = http.createServer((req, res) => {
+    stub.hits.push(`${req.method} ${req.url}`);
+    req.resume();
+    req.once('end', () => stub.reply(req, res));
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  stub.url = `http://127.0.0.1:${server.address().port}`;
+  stub.close = () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); });
+  t.after(() => stub.close());
+  return stub;
+}
+
+/** Answers an OpenAI-shaped error with `status` (and the given headers). */
+export function errorReply(status, headers = {}) {
+  return (_req, res) => {
+    res.writeHead(status, { 'content-type': 'application/json', ...headers });
+    res.end(JSON.stringify({ error: { message: `stub ${status}`, type: 'server_error', code: null } }));
+  };
+}
+
+/** A port nothing listens on (bound, then closed): connections are refused. */
+export async function refusedUrl() {
+  const s = http.createServer();
+  await new Promise((r) => s.listen(0, '127.0.0.1', r));
+  const port = s.address().port;
+  await new Promise((r) => s.close(r));
+  return `http://127.0.0.1:${port}`;
+}

@@ -1,0 +1,306 @@
+// Upstream pools (issue 27): failover when an upstream dies, the retry rule, upstream protection, health, and opt-in model fallback.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToNano } from './helpers/gateway.mjs';
+import { spawnSim, startStub, errorReply, refusedUrl } from './helpers/stub-upstream.mjs';
+import { startSim } from '../dist/sim/index.js';
+import { Upstreams } from '../dist/proxy/upstream.js';
+import { embeddedConfig, loadConfigFile } from '../dist/config.js';
+import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const chat = (id, upstream, extra = {}) => ({ id, upstream, kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096, ...extra });
+const up = (url, extra = {}) => ({ base_url: url, forward_headers: ['x-sim-*'], ...extra });
+
+async function balanceNano(gw, account) {
+  return dollarsToNano((await gw.cli('account', 'show', account)).balance);
+}
+
+function post(gw, key, body, headers = {}, signal) {
+  return gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), ...headers }, body, signal });
+}
+
+async function metrics(gw) {
+  return (await gw.fetch('/metrics')).text();
+}
+
+function metric(text, name, upstream) {
+  const m = new RegExp(`^${name}\\{upstream="${upstream}"\\} (\\d+)$`, 'm').exec(text);
+  return m ? Number(m[1]) : undefined;
+}
+
+test('one of two upstreams killed -9 under load: no client error after the detection window, every success billed once, the ledger exact', { timeout: 120_000 }, async (t) => {
+  const a = await spawnSim(t);
+  const b = await spawnSim(t);
+  const gw = await startGateway(t, {
+    store: 'postgres',
+    upstreams: { a: up(a.url, { health: { eject_ms: 60_000 } }), b: up(b.url, { health: { eject_ms: 60_000 } }) },
+    models: [chat('sim-chat', ['a', 'b'])],
+  });
+  const { key, account } = await gw.account('20');
+  const records = [];
+  const started = Date.now();
+  let killedAt = 0;
+  const until = started + 4000;
+  setTimeout(() => { killedAt = Date.now(); a.kill(); }, 1500);
+  await Promise.all(Array.from({ length: 6 }, async (_, l) => {
+    for (let n = 0; Date.now() < until; n++) {
+      const id = `pool-${l}-${n}-${randomBytes(4).toString('hex')}`;
+      const rec = { id, at: Date.now(), status: 0, usage: null };
+      try {
+        const res = await post(gw, key, chatBody({ max_tokens: 8 }), { 'x-request-id': id, 'x-sim-token-delay-ms': '5' });
+        rec.status = res.status;
+        const j = await res.json();
+        if (res.status === 200) rec.usage = j.usage; else rec.code = j.error?.code;
+      } catch (e) { rec.code = String(e?.cause?.code ?? e); }
+      records.push(rec);
+    }
+  }));
+  assert.ok(killedAt > 0);
+  // The detection window: requests in flight on the killed upstream when it died may fail (their work was under way).
+  const after = records.filter((r) => r.at > killedAt + 200);
+  assert.ok(after.length > 20, `${after.length} requests after the window`);
+  assert.deepEqual(after.filter((r) => r.status !== 200).map((r) => `${r.status} ${r.code}`), [], 'no client error after the detection window');
+  assert.ok(records.filter((r) => r.at < killedAt && r.status === 200).length > 10, 'both upstreams served before the kill');
+  const m = await metrics(gw);
+  assert.equal(metric(m, 'tollgate_upstream_healthy', 'a'), 0, 'the killed upstream is ejected');
+  assert.equal(metric(m, 'tollgate_upstream_healthy', 'b'), 1);
+  // Every 200 billed once at the price of the usage it reported; nothing else billed.
+  const c = new pg.Client({ connectionString: gw.db.url });
+  await c.connect();
+  try {
+    const rows = (await c.query("SELECT idem_key, amount_nd FROM ledger WHERE account_id = $1 AND kind = 'debit'", [account])).rows;
+    const byId = new Map();
+    for (const r of rows) byId.set(r.idem_key, [...(byId.get(r.idem_key) ?? []), -BigInt(r.amount_nd)]);
+    for (const r of records) {
+      if (r.status === 200) assert.deepEqual(byId.get(r.id), [priceNano(r.usage.prompt_tokens, r.usage.completion_tokens)], `${r.id} billed once at its price`);
+      else assert.equal(byId.get(r.id), undefined, `${r.id} (${r.status} ${r.code}) is not billed`);
+    }
+    assert.equal(rows.length, records.filter((r) => r.status === 200).length, 'no debit without a served request');
+  } finally { await c.end(); }
+  await assertInvariants(assert, gw, account);
+});
+
+test('an upstream answering 429 or 503 before any output is retried on the other and billed once; a 502 is not retried', { timeout: 60_000 }, async (t) => {
+  const stub = await startStub(t);
+  const sim = await startSim();
+  t.after(() => sim.close());
+  const gw = await startGateway(t, {
+    store: 'pglite',
+    upstreams: { bad: up(stub.url, { health: { eject_after: 10, probe_interval_ms: 0 } }), good: up(sim.url) },
+    models: [chat('sim-chat', [{ name: 'bad', priority: 0 }, { name: 'good', priority: 1 }])],
+  });
+  const { key, account } = await gw.account('2');
+  // 502: the host may have done the work, so the request is not sent again.
+  stub.reply = errorReply(502);
+  let res = await post(gw, key, chatBody({ seed: 1 }));
+  assert.equal(res.status, 502);
+  assert.equal((await res.json()).error.code, 'upstream_error');
+  assert.equal(sim.stats().requests, 0, 'a 502 is not retried');
+  assert.equal(await balanceNano(gw, account), dollarsToNano('2'), 'a failed request bills nothing');
+  // 503, then 429: nothing was generated, the other upstream answers, billed once.
+  let before = await balanceNano(gw, account);
+  for (const [n, reply] of [[1, errorReply(503)], [2, errorReply(429, { 'retry-after': '30' })]]) {
+    stub.reply = reply;
+    res = await post(gw, key, chatBody({ seed: 1 }));
+    assert.equal(res.status, 200);
+    const j = await res.json();
+    assert.equal(j.model, 'sim-chat');
+    assert.equal(sim.stats().requests, n);
+    const now = await balanceNano(gw, account);
+    assert.equal(before - now, priceNano(j.usage.prompt_tokens, j.usage.completion_tokens), 'billed once, for the attempt that answered');
+    before = now;
+  }
+  assert.equal(stub.count('POST'), 3);
+  // The 429's Retry-After pauses the upstream: the next request goes straight to the other.
+  res = await post(gw, key, chatBody({ seed: 2 }));
+  assert.equal(res.status, 200);
+  assert.equal(stub.count('POST'), 3, 'a paused upstream is not sent requests');
+  assert.equal(metric(await metrics(gw), 'tollgate_upstream_retries_total', 'bad'), 2);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a stream cut mid-way by its upstream is not retried and is billed for what it produced', { timeout: 60_000 }, async (t) => {
+  const first = await startSim();
+  const second = await startSim();
+  t.after(() => Promise.all([first.close(), second.close()]));
+  const gw = await startGateway(t, {
+    store: 'pglite',
+    upstreams: { first: up(first.url), second: up(second.url) },
+    models: [chat('sim-chat', [{ name: 'first', priority: 0 }, { name: 'second', priority: 1 }])],
+  });
+  const { key, account } = await gw.account('2');
+  const full = await (await post(gw, key, chatBody({ seed: 5, max_tokens: 40 }))).json();
+  const afterFull = await balanceNano(gw, account);
+  const res = await post(gw, key, chatBody({ seed: 5, max_tokens: 40, stream: true }), { 'x-sim-truncate-after': '6' });
+  assert.equal(res.status, 200);
+  await assert.rejects(res.text(), 'the client sees its stream cut short');
+  let now = afterFull;
+  for (let i = 0; i < 50 && now === afterFull; i++) { await sleep(100); now = await balanceNano(gw, account); }
+  const charged = afterFull - now;
+  assert.ok(charged > priceNano(full.usage.prompt_tokens, 0), `charged ${charged} covers the prompt and some output`);
+  assert.ok(charged < priceNano(full.usage.prompt_tokens, full.usage.completion_tokens), `charged ${charged} is less than the whole reply`);
+  assert.equal(second.stats().requests, 0, 'never retried after the first byte');
+  await assertInvariants(assert, gw, account);
+});
+
+test('an upstream at max_concurrency: a request waits in its queue, past the queue it gets 503 upstream_busy with Retry-After, and a pool spills to its other upstream', { timeout: 60_000 }, async (t) => {
+  const sim = await startSim();
+  const other = await startSim();
+  t.after(() => Promise.all([sim.close(), other.close()]));
+  const gw = await startGateway(t, {
+    store: 'pglite',
+    upstreams: {
+      patient: up(sim.url, { max_concurrency: 1, queue_ms: 10_000 }),
+      strict: up(sim.url, { max_concurrency: 1, queue_ms: 200 }),
+      spill: up(sim.url, { max_concurrency: 1 }), other: up(other.url),
+    },
+    models: [chat('m-queue', 'patient'), chat('m-busy', 'strict'), chat('m-pool', [{ name: 'spill', priority: 0 }, { name: 'other', priority: 1 }])],
+  });
+  const { key, account } = await gw.account('5');
+  const slow = { 'x-sim-token-delay-ms': '60' };
+  const body = (model) => JSON.stringify({ model, max_tokens: 12, messages: [{ role: 'user', content: 'hi' }] });
+  // Queue: the second request waits for the first to finish, then is served.
+  let t0 = Date.now();
+  const [q1, q2] = await Promise.all([post(gw, key, body('m-queue'), slow), sleep(100).then(() => post(gw, key, body('m-queue'), slow))]);
+  assert.deepEqual([q1.status, q2.status], [200, 200]);
+  assert.ok(Date.now() - t0 >= 2 * 12 * 60 * 0.9, 'the second ran after the first');
+  // Busy: past queue_ms, 503 upstream_busy with Retry-After; nothing billed for it.
+  const held = post(gw, key, body('m-busy'), slow);
+  await sleep(150);
+  const before = await balanceNano(gw, account);
+  t0 = Date.now();
+  const busy = await post(gw, key, body('m-busy'));
+  assert.equal(busy.status, 503);
+  assert.ok(Number(busy.headers.get('retry-after')) >= 1, 'Retry-After is set');
+  assert.equal((await busy.json()).error.code, 'upstream_busy');
+  assert.ok(Date.now() - t0 >= 150, 'it waited in the queue first');
+  assert.equal((await held).status, 200);
+  const heldCost = before - (await balanceNano(gw, account));
+  assert.ok(heldCost > 0n);
+  // Spill: the best upstream is full, the other priority takes the request at once.
+  const occupying = post(gw, key, body('m-pool'), slow);
+  await sleep(150);
+  t0 = Date.now();
+  const spilled = await post(gw, key, body('m-pool'));
+  assert.equal(spilled.status, 200);
+  assert.ok(Date.now() - t0 < 600, 'served without waiting for the full upstream');
+  assert.equal(other.stats().requests, 1, 'the other upstream served it');
+  assert.equal((await occupying).status, 200);
+  assert.equal(metric(await metrics(gw), 'tollgate_upstream_busy_total', 'strict'), 1);
+  await assertInvariants(assert, gw, account);
+});
+
+test('health: a probe (GET /v1/models, never a generation) ejects a failing upstream and readmits it; after a passive ejection one trial request readmits it', { timeout: 60_000 }, async (t) => {
+  const stub = await startStub(t);
+  const flaky = await startStub(t);
+  const sim = await startSim();
+  t.after(() => sim.close());
+  stub.reply = (req, res) => { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"object":"list","data":[]}'); };
+  const gw = await startGateway(t, {
+    store: 'pglite',
+    upstreams: {
+      probed: up(stub.url, { health: { probe_interval_ms: 100, eject_after: 2 } }),
+      flaky: up(flaky.url, { health: { probe_interval_ms: 0, eject_after: 1, eject_ms: 400 } }),
+      good: up(sim.url, { health: { probe_interval_ms: 0 } }),
+    },
+    models: [chat('m-probed', [{ name: 'probed', priority: 1 }, { name: 'good', priority: 0 }]),
+      chat('m-flaky', [{ name: 'flaky', priority: 0 }, { name: 'good', priority: 1 }])],
+  });
+  const { key, account } = await gw.account('2');
+  await sleep(600);
+  assert.ok(stub.count('GET /v1/models') >= 3, `probed ${stub.count('GET /v1/models')} times`);
+  assert.equal(stub.count('POST'), 0, 'a probe is never a generation');
+  stub.reply = errorReply(500);
+  await sleep(500);
+  assert.equal(metric(await metrics(gw), 'tollgate_upstream_healthy', 'probed'), 0, 'failed probes eject it');
+  stub.reply = (req, res) => { res.writeHead(200); res.end('{}'); };
+  await sleep(500);
+  assert.equal(metric(await metrics(gw), 'tollgate_upstream_healthy', 'probed'), 1, 'a probe that answers readmits it');
+  // Passive: a 503 ejects (eject_after 1); for eject_ms every request goes to the other; then one trial readmits.
+  flaky.reply = errorReply(503);
+  assert.equal((await post(gw, key, JSON.stringify({ model: 'm-flaky', messages: [{ role: 'user', content: 'a' }] }))).status, 200);
+  assert.equal(metric(await metrics(gw), 'tollgate_upstream_healthy', 'flaky'), 0);
+  flaky.reply = (_req, res) => { res.writeHead(400, { 'content-type': 'application/json' }); res.end('{"error":{"message":"stub says no"}}'); };
+  assert.equal((await post(gw, key, JSON.stringify({ model: 'm-flaky', messages: [{ role: 'user', content: 'b' }] }))).status, 200);
+  assert.equal(flaky.count('POST'), 1, 'an ejected upstream is not sent requests');
+  await sleep(450);
+  const trial = await post(gw, key, JSON.stringify({ model: 'm-flaky', messages: [{ role: 'user', content: 'c' }] }));
+  assert.equal(trial.status, 400, 'the trial request went to the readmitted upstream (which answered)');
+  assert.equal(flaky.count('POST'), 2);
+  assert.equal(metric(await metrics(gw), 'tollgate_upstream_healthy', 'flaky'), 1, 'one answered trial readmits it');
+  await assertInvariants(assert, gw, account);
+});
+
+test('fallback to another model only when the request lists it in `models`: billed at the model that answered, which the reply names', { timeout: 60_000 }, async (t) => {
+  const down = await refusedUrl();
+  const gw = await startGateway(t, {
+    store: 'pglite',
+    upstreams: { sim: { sim: {} }, down: { base_url: down, continuous_usage_stats: true } },
+    models: [chat('sim-chat', 'sim'), chat('big-chat', 'down', { input_per_mtok: '30', output_per_mtok: '60' })],
+  });
+  const { key, account } = await gw.account('2');
+  const messages = [{ role: 'user', content: 'Say hello to the gateway.' }];
+  let res = await post(gw, key, JSON.stringify({ model: 'big-chat', messages }));
+  assert.equal(res.status, 502, 'no silent fallback');
+  assert.equal((await res.json()).error.code, 'upstream_unavailable');
+  assert.equal(await balanceNano(gw, account), dollarsToNano('2'));
+  res = await post(gw, key, JSON.stringify({ model: 'big-chat', models: ['sim-chat'], messages }));
+  assert.equal(res.status, 200);
+  const j = await res.json();
+  assert.equal(j.model, 'sim-chat', 'the reply names the model that answered');
+  assert.equal(dollarsToNano('2') - await balanceNano(gw, account), priceNano(j.usage.prompt_tokens, j.usage.completion_tokens), 'billed at its prices');
+  res = await post(gw, key, JSON.stringify({ model: 'big-chat', models: ['no-such-model'], messages }));
+  assert.equal(res.status, 404);
+  assert.equal((await res.json()).error.param, 'models');
+  await assertInvariants(assert, gw, account);
+});
+
+test('a streamed request body is never sent twice: a refused connection is not retried on the next upstream', async (t) => {
+  const sim = await startSim();
+  t.after(() => sim.close());
+  const base = embeddedConfig();
+  const mk = (name, url) => ({ ...base.upstreams.get('sim'), name, baseUrl: url, sim: undefined });
+  const ups = new Upstreams(new Map([['dead', mk('dead', await refusedUrl())], ['live', mk('live', sim.url)]]), new Map(), 3);
+  t.after(() => ups.close());
+  const pool = [{ name: 'dead', weight: 1, priority: 0, upstreamModel: 'sim-chat' }, { name: 'live', weight: 1, priority: 1, upstreamModel: 'sim-chat' }];
+  const json = Buffer.from(chatBody());
+  const headers = { 'content-type': 'application/json' };
+  // A body in memory is sent again to the next upstream.
+  const ok = ups.route({ pool, method: 'POST', path: '/v1/chat/completions', headers, body: () => json, requestId: 'r1' });
+  assert.equal((await ok.response).statusCode, 200);
+  assert.equal(ok.entry.name, 'live');
+  ok.finish();
+  const { Readable } = await import('node:stream');
+  const streamed = ups.route({ pool, method: 'POST', path: '/v1/chat/completions', headers, body: () => ({ length: json.length, stream: Readable.from([json]) }), requestId: 'r2' });
+  await assert.rejects(streamed.response, { code: 'upstream_unavailable' });
+  assert.equal(sim.stats().requests, 1, 'the streamed body went to one upstream only');
+});
+
+test('config: `upstream` is a name or a pool of names and {name, weight, priority, upstream_model}; each known, once, and alike', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-config-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const upstreams = { a: { base_url: 'http://127.0.0.1:1' }, b: { base_url: 'http://127.0.0.1:2', max_concurrency: 4, rpm: 60 }, s: { sim: {} } };
+  const load = (model) => {
+    const path = join(dir, 'c.json');
+    writeFileSync(path, JSON.stringify({ upstreams, models: [model], payments: { provider: 'sandbox', allow_sandbox: true } }));
+    return loadConfigFile(path, {});
+  };
+  const one = load(chat('c', 'a'));
+  assert.equal(one.models[0].upstream, 'a');
+  assert.deepEqual(one.models[0].pool, [{ name: 'a', weight: 1, priority: 0, upstreamModel: 'c' }], 'one name is a pool of one, as before');
+  const two = load(chat('c', ['a', { name: 'b', weight: 3, priority: 1, upstream_model: 'other' }]));
+  assert.deepEqual(two.models[0].pool, [{ name: 'a', weight: 1, priority: 0, upstreamModel: 'c' }, { name: 'b', weight: 3, priority: 1, upstreamModel: 'other' }]);
+  assert.equal(two.upstreams.get('b').maxConcurrency, 4);
+  assert.equal(two.upstreams.get('b').rpm, 60);
+  assert.deepEqual(two.upstreams.get('a').health, { ejectAfter: 3, ejectMs: 5000, maxEjectMs: 60_000, probePath: '/v1/models', probeIntervalMs: 10_000 });
+  assert.equal(two.routing.maxAttempts, 3);
+  assert.throws(() => load(chat('c', ['a', 'x'])), /\/models\/0\/upstream\/1: no upstream named "x"/);
+  assert.throws(() => load(chat('c', ['a', 'a'])), /listed twice/);
+  assert.throws(() => load(chat('c', ['a', 's'])), /\/models\/0\/upstream\/1: upstream "s" differs from "a" in continuous_usage_stats/);
+  assert.throws(() => load({ id: 't', kind: 'tts', per_mchar: '1', upstream: ['a', { name: 'b', upstream_model: 'x' }] }), /only a chat or embedding model names its model per upstream/);
+});
