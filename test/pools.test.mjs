@@ -302,5 +302,53 @@ test('config: `upstream` is a name or a pool of names and {name, weight, priorit
   assert.throws(() => load(chat('c', ['a', 'x'])), /\/models\/0\/upstream\/1: no upstream named "x"/);
   assert.throws(() => load(chat('c', ['a', 'a'])), /listed twice/);
   assert.throws(() => load(chat('c', ['a', 's'])), /\/models\/0\/upstream\/1: upstream "s" differs from "a" in continuous_usage_stats/);
+  assert.throws(() => load({ id: 't', kind: 'tts', per_mchar: '1', voice_cloning: true, upstream: ['a', 'b'] }), /names one upstream/);
+  assert.ok(load({ id: 't', kind: 'tts', per_mchar: '1', upstream: ['a', 'b'] }), 'a tts model without cloning may be pooled');
   assert.throws(() => load({ id: 't', kind: 'tts', per_mchar: '1', upstream: ['a', { name: 'b', upstream_model: 'x' }] }), /only a chat or embedding model names its model per upstream/);
+});
+
+test('the pick: spread by weight, least in-flight first, a lower priority only while the better ones are ejected or full, ejections grow and a trial readmits', async () => {
+  const { Pools } = await import('../dist/proxy/pool.js');
+  const base = embeddedConfig().upstreams.get('sim');
+  let now = 1_000_000;
+  const cfg = (name, extra = {}) => [name, { ...base, name, ...extra, health: { ...base.health, ejectAfter: 2, ejectMs: 1000, maxEjectMs: 3000, ...extra.health } }];
+  const pools = new Pools(new Map([cfg('a'), cfg('b'), cfg('c', { maxConcurrency: 1, queueMs: 0 })]), () => now);
+  const e = (name, weight = 1, priority = 0) => ({ name, weight, priority, upstreamModel: 'm' });
+  const pick = async (pool) => pools.acquire(pool, new Set(), Infinity, () => false);
+  // Weights 3:1 at equal load: 3 of every 4.
+  const counts = { a: 0, b: 0 };
+  for (let i = 0; i < 400; i++) { const l = await pick([e('a', 3), e('b', 1)]); counts[l.entry.name]++; l.release(); }
+  assert.deepEqual(counts, { a: 300, b: 100 });
+  // Least in-flight among equals: with two held on a, the next goes to b.
+  const held = [await pick([e('a'), e('b')]), await pick([e('a'), e('b')])];
+  assert.deepEqual(held.map((l) => l.entry.name).sort(), ['a', 'b']);
+  const extra = await pick([e('a'), e('b')]);
+  const next = await pick([e('a'), e('b')]);
+  assert.notEqual(next.entry.name, extra.entry.name, 'the less loaded one');
+  for (const l of [...held, extra, next]) l.release();
+  // Priority: c (best) while it has room; full, the next priority; never the lower one while c is free.
+  const onC = await pick([e('c', 1, 0), e('a', 1, 1)]);
+  assert.equal(onC.entry.name, 'c');
+  assert.equal((await pick([e('c', 1, 0), e('a', 1, 1)])).entry.name, 'a', 'c is full: spilled');
+  await assert.rejects(pick([e('c')]), (err) => err.code === 'upstream_busy' && Number(err.headers['retry-after']) >= 1);
+  onC.release();
+  // Passive health: two failures eject a for 1 s (b takes everything), then one trial; a failed trial doubles the ejection.
+  for (let i = 0; i < 2; i++) { const l = await pick([e('a', 1, 0), e('b', 1, 1)]); assert.equal(l.entry.name, 'a'); l.failed(); l.release(); }
+  assert.equal(pools.health().find((h) => h.name === 'a').healthy, false);
+  assert.equal((await pick([e('a', 1, 0), e('b', 1, 1)])).entry.name, 'b');
+  now += 1000;
+  const trial = await pick([e('a', 1, 0), e('b', 1, 1)]);
+  assert.equal(trial.entry.name, 'a', 'the trial');
+  assert.equal((await pick([e('a', 1, 0), e('b', 1, 1)])).entry.name, 'b', 'one trial at a time');
+  trial.failed(); trial.release();
+  now += 1999;
+  assert.equal((await pick([e('a', 1, 0), e('b', 1, 1)])).entry.name, 'b', 'ejected for twice as long');
+  now += 1;
+  const second = await pick([e('a', 1, 0), e('b', 1, 1)]);
+  assert.equal(second.entry.name, 'a');
+  second.ok(); second.release();
+  assert.equal(pools.health().find((h) => h.name === 'a').healthy, true, 'an answered trial readmits it');
+  // Every upstream ejected: the one back soonest is still tried.
+  for (const n of ['a', 'b']) for (let i = 0; i < 2; i++) { const l = await pick([e(n)]); l.failed(); l.release(); }
+  assert.ok(['a', 'b'].includes((await pick([e('a'), e('b')])).entry.name));
 });

@@ -41,10 +41,13 @@ class UpstreamState {
     if (this.starts.length > 0 && this.starts[this.next]! > now - 60_000) return this.starts[this.next]! + 60_000;
     return 0;
   }
-  start(now: number): void {
+  /** Counts a request started; true when it is the trial of a half-open upstream. */
+  start(now: number): boolean {
     this.inFlight++;
     if (this.starts.length > 0) { this.starts[this.next] = now; this.next = (this.next + 1) % this.starts.length; }
-    if (this.ejectedUntil !== 0 && now >= this.ejectedUntil) this.trial = true;
+    if (this.ejectedUntil === 0 || now < this.ejectedUntil || this.trial) return false;
+    this.trial = true;
+    return true;
   }
 }
 
@@ -155,7 +158,7 @@ export class Pools {
 
   private lease(entry: PoolEntry, now: number): Lease {
     const s = this.state(entry.name);
-    s.start(now);
+    const trial = s.start(now);
     let released = false;
     return {
       entry,
@@ -166,15 +169,18 @@ export class Pools {
         if (released) return;
         released = true;
         s.inFlight--;
+        // A trial that ended with no verdict (the client left) lets the next request try.
+        if (trial && s.ejectedUntil !== 0) s.trial = false;
         s.waiters.shift()?.wake();
       },
     };
   }
 
+  /** An answer: failures are forgotten, and an ejected upstream (its trial, or the last resort of a pool) is back. */
   ok(name: string): void {
     const s = this.state(name);
     s.fails = 0;
-    if (s.ejectedUntil !== 0 && this.now() >= s.ejectedUntil) { s.ejectedUntil = 0; s.ejections = 0; s.trial = false; }
+    if (s.ejectedUntil !== 0) { s.ejectedUntil = 0; s.ejections = 0; s.trial = false; }
   }
 
   failed(name: string): void {
