@@ -312,7 +312,7 @@ test('the pick: spread by weight, least in-flight first, a lower priority only w
   const base = embeddedConfig().upstreams.get('sim');
   let now = 1_000_000;
   const cfg = (name, extra = {}) => [name, { ...base, name, ...extra, health: { ...base.health, ejectAfter: 2, ejectMs: 1000, maxEjectMs: 3000, ...extra.health } }];
-  const pools = new Pools(new Map([cfg('a'), cfg('b'), cfg('c', { maxConcurrency: 1, queueMs: 0 })]), () => now);
+  const pools = new Pools(new Map([cfg('a'), cfg('b'), cfg('c', { maxConcurrency: 1, queueMs: 0 }), cfg('r', { rpm: 2, queueMs: 0 })]), () => now);
   const e = (name, weight = 1, priority = 0) => ({ name, weight, priority, upstreamModel: 'm' });
   const pick = async (pool) => pools.acquire(pool, new Set(), Infinity, () => false);
   // Weights 3:1 at equal load: 3 of every 4.
@@ -348,6 +348,18 @@ test('the pick: spread by weight, least in-flight first, a lower priority only w
   assert.equal(second.entry.name, 'a');
   second.ok(); second.release();
   assert.equal(pools.health().find((h) => h.name === 'a').healthy, true, 'an answered trial readmits it');
+  // rpm: two starts in a minute, the third refused until the first is a minute old.
+  for (let i = 0; i < 2; i++) { (await pick([e('r')])).release(); now += 10_000; }
+  await assert.rejects(pick([e('r')]), (err) => err.code === 'upstream_busy' && err.headers['retry-after'] === '40');
+  now += 40_000;
+  (await pick([e('r')])).release();
+  // A Retry-After pause longer than the queue's wait: refused at once, Retry-After saying when it ends.
+  const paused = await pick([e('a')]);
+  paused.pause(30_000); paused.ok(); paused.release();
+  const t0 = Date.now();
+  await assert.rejects(pick([e('a')]), (err) => err.code === 'upstream_busy' && err.headers['retry-after'] === '30');
+  assert.ok(Date.now() - t0 < 500, 'without waiting in the queue');
+  now += 30_000;
   // Every upstream ejected: the one back soonest is still tried.
   for (const n of ['a', 'b']) for (let i = 0; i < 2; i++) { const l = await pick([e(n)]); l.failed(); l.release(); }
   assert.ok(['a', 'b'].includes((await pick([e('a'), e('b')])).entry.name));

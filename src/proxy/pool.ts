@@ -41,6 +41,11 @@ class UpstreamState {
     if (this.starts.length > 0 && this.starts[this.next]! > now - 60_000) return this.starts[this.next]! + 60_000;
     return 0;
   }
+  /** A request waiting until `until` may get in: a slot may free at any moment, or the pause or minute ends by then. */
+  waitable(now: number, until: number): boolean {
+    if (now >= this.pausedUntil && this.cfg.maxConcurrency !== undefined && this.inFlight >= this.cfg.maxConcurrency) return true;
+    return this.busyUntil(now) <= until;
+  }
   /** Counts a request started; true when it is the trial of a half-open upstream. */
   start(now: number): boolean {
     this.inFlight++;
@@ -106,7 +111,8 @@ export class Pools {
       queuedAt ??= now;
       const until = Math.min(deadline, queuedAt + queueMs);
       const freeAt = Math.min(...states.map((s) => s.busyUntil(now)));
-      if (now >= until || gone() || states.every((s) => s.waiters.length >= s.cfg.queueSize)) {
+      // Refused at once when no queue has room or nothing can free before the wait ends (a 30 s Retry-After pause).
+      if (now >= until || gone() || states.every((s) => s.waiters.length >= s.cfg.queueSize || !s.waitable(now, until))) {
         for (const s of states) s.busyTotal++;
         throw upstreamBusy(Math.max(1, Math.ceil((freeAt - now) / 1000)));
       }
