@@ -24,6 +24,12 @@ export interface PartRelay {
   signal?: AbortSignal;
   /** What the running records carry: what the part would bill now (default: the meter's usage). */
   usage?: () => Usage;
+  /**
+   * Record before every piece sent, each awaited (not once a second): a process killed at any moment
+   * is billed exactly what the client was sent (plus at most the piece then on its way). For parts
+   * whose pieces are few and large (a generation's frames); a token stream keeps the throttle.
+   */
+  recordEach?: boolean;
 }
 
 export interface PartOutcome {
@@ -50,6 +56,7 @@ export async function relayPart(r: PartRelay): Promise<PartOutcome> {
   const { part, meter, call } = r;
   const usage = r.usage ?? (() => meter.usage());
   const cancelled = () => r.signal?.aborted === true;
+  const each = r.recordEach ? { wait: true, force: true } : {};
   const onAbort = () => call.abort();
   r.signal?.addEventListener('abort', onAbort, { once: true });
   let failure: GatewayError | null = null;
@@ -64,7 +71,7 @@ export async function relayPart(r: PartRelay): Promise<PartOutcome> {
       res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
       for await (const chunk of res) {
         const out = meter.onData(chunk as Buffer);
-        if (meter.produced) await part.record(usage());
+        if (meter.produced && (out.length > 0 || !r.recordEach)) await part.record(usage(), each);
         if (out.length > 0 && !cancelled()) await r.send(out, false);
         if (cancelled()) { call.abort(); break; }
       }

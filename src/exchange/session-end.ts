@@ -23,6 +23,8 @@ export interface EndHow {
   message?: string;
   /** Cancel the parts under way (their upstream calls stop; each is billed what it produced) instead of letting them finish. */
   cancel?: boolean;
+  /** Send the message and close at once (a refusal, a revoked key); the parts under way still finish (or are cancelled) and settle before the release. */
+  now?: boolean;
 }
 
 /**
@@ -48,10 +50,14 @@ export class SessionEnd {
   private async run(how: EndHow): Promise<void> {
     this.work.stop();
     if (how.cancel) this.abort.abort();
-    try {
-      await this.work.idle();
+    const say = async () => {
       if (how.message !== undefined && !this.socket.closed) await this.socket.send(how.message);
       if (!this.socket.closed) this.socket.close(how.code, closeReason(how.reason ?? ''));
+    };
+    try {
+      if (how.now) await say();
+      await this.work.idle();
+      if (!how.now) await say();
     } finally {
       // Every part has settled: what is left held is freed, and with it the key's concurrency slot.
       await this.charge()?.release();
