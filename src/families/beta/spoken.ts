@@ -33,10 +33,11 @@ export type FrameWriter = (audio: Buffer, alignment: WsAlignment | null) => stri
 
 /**
  * One generation's audio, frame by frame as the upstream makes it. A frame covers the characters its
- * audio is reckoned to speak at the session's pace (never more than the text; the first frame at
- * least one, so the first running record bills something); the last frame, which also carries the
- * encoder's tail, covers the rest. One frame is held back until the next audio comes (the meter
- * never holds more), so the last one can be told from the others. Billed: the whole text once the
+ * audio is reckoned to speak at the session's pace (at least one, so the first running record bills
+ * something, and audio too short for a character of its own joins the next frame); the last frame,
+ * which also carries the encoder's tail, covers the rest (at least one: the others stop one short of
+ * the text). One frame is held back until the next audio comes, so the last one can be told from
+ * the others. Billed: the whole text once the
  * upstream finished; cut (upstream broke off, the process killed), the characters of the frames
  * handed out so far — the running record before each frame bills exactly what the client has been
  * sent with it.
@@ -67,9 +68,17 @@ export class SpokenMeter implements Meter {
     const audio = this.encoder.push(chunk);
     if (audio.length === 0) return '';
     this.produced = true;
-    const out = this.held ? this.emit(this.held, false) : '';
+    const held = this.held;
     this.held = { audio, endMs: this.spokenMs };
-    return out;
+    if (!held) return '';
+    // Audio too short to speak a character of its own joins the next frame (no frame goes out untimed).
+    if (this.due(held.endMs) <= this.sentChars) { this.held = { audio: Buffer.concat([held.audio, audio]), endMs: this.spokenMs }; return ''; }
+    return this.emit(held, false);
+  }
+
+  /** The characters reckoned spoken by `endMs` of audio: at least one, and one short of the text until its last frame. */
+  private due(endMs: number): number {
+    return Math.min(this.chars.length - 1, Math.max(1, Math.floor(endMs / this.msPerChar)));
   }
 
   onEnd(complete: boolean): string {
@@ -91,8 +100,7 @@ export class SpokenMeter implements Meter {
 
   private emit(f: { audio: Buffer; endMs: number }, last: boolean): string {
     const total = this.chars.length;
-    const due = last ? total : Math.min(total, Math.max(1, Math.floor(f.endMs / this.msPerChar)));
-    const upTo = Math.max(this.sentChars, due);
+    const upTo = last ? total : Math.max(this.sentChars, this.due(f.endMs));
     const chars = this.chars.slice(this.sentChars, upTo);
     const ms = f.endMs - this.sentMs;
     this.sentChars = upTo;
