@@ -363,7 +363,7 @@ async function killDuringSpeech(t, gw, key) {
   await waitFor('the first generations', () => spelled(x.frames) === g1 && spelled(y.frames) === y1);
   const heardG1 = x.frames.filter((f) => f.audio).length;
   x.send({ text: g2, flush: true });
-  // sim: a 250 ms piece every 150 ms; g2 is 84 characters (~5 s of speech, ~3 s to make). Each frame's
+  // sim: a 250 ms piece every 150 ms; g2 is 83 characters (~5 s of speech, ~3 s to make). Each frame's
   // running record is written before the frame is sent: the kill comes after the third frame arrived.
   await waitFor('three frames of the second generation', () => x.frames.filter((f) => f.audio).length >= heardG1 + 3);
   gw.proc.kill('SIGKILL');
