@@ -20,6 +20,8 @@ import { relayPart } from '../dist/exchange/relay-part.js';
 import { SessionEnd } from '../dist/exchange/session-end.js';
 import { usage } from '../dist/exchange/usage.js';
 import { GatewayError } from '../dist/errors.js';
+import { alpha } from '../dist/families/alpha/family.js';
+import { beta } from '../dist/families/beta/family.js';
 import { createAccount } from '../dist/store/accounts.js';
 import { createKey } from '../dist/store/keys.js';
 
@@ -132,6 +134,10 @@ test('refusals come back as the GatewayError a family renders: 402 balance, 402 
   assert.equal(err.status, 402);
   assert.equal(err.code, 'insufficient_balance');
   assert.match(err.message, /needs up to \$0\.0015 \(1500000 nd\); \$0\.001 \(1000000 nd\) is available/);
+  // The families render it as they render an HTTP refusal.
+  assert.equal(JSON.parse(beta.render(err, 'req_1')).detail.status, 'insufficient_balance');
+  assert.deepEqual(Object.keys(JSON.parse(alpha.render(err, 'req_1')).error).sort(), ['code', 'message', 'param', 'type']);
+  assert.equal(JSON.parse(alpha.render(err, 'req_1')).error.type, 'insufficient_quota');
   assert.equal(charge.held, 0n);
   const ok = await Part.begin(charge, { worst: chars(10), known: true });
   assert.equal(ok.seq, 1, 'the refused part took no number');
