@@ -77,7 +77,7 @@ test('the key in the first frame (xi_api_key) opens the session; a malformed fra
   const { code } = await s.closed;
   assert.equal(code, 1000, 'a normal close after {"text": ""}');
   assert.equal(s.frames[0].error, 'invalid_message', 'the malformed frame was answered');
-  assert.deepEqual(s.frames.at(-1), { audio: null, isFinal: true, normalizedAlignment: null, alignment: null });
+  assert.deepEqual(s.frames.at(-1), finalOf(0n), 'nothing spoken: its cost is 0');
   await assertInvariants(assert, gw, account);
 });
 
@@ -146,6 +146,26 @@ async function session(gw, query, headers, frames, { dropAfterAudio = 0 } = {}) 
 const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 /** The test model's price: $15 per million characters = 15,000 nanodollars a character. */
 const PER_CHAR = 15_000n;
+/** The final message: `isFinal` with `cost`, the dollars the session was billed (a JSON number, exactly its debits). */
+const finalOf = (nano) => ({ audio: null, isFinal: true, normalizedAlignment: null, alignment: null, cost: Number(nano) / 1e9 });
+
+/**
+ * The audio frames of each generation, in order (audio is relayed as the upstream makes it: a
+ * generation is one or more frames, and its frames' alignments spell its text).
+ */
+function byGeneration(frames, texts) {
+  const audio = frames.filter((f) => f.audio);
+  let i = 0;
+  const groups = texts.map((text) => {
+    const group = [];
+    let said = '';
+    while (said !== text && i < audio.length) { const f = audio[i++]; group.push(f); said += f.alignment?.chars.join('') ?? ''; }
+    assert.equal(said, text, 'the frames of a generation spell its text');
+    return group;
+  });
+  assert.equal(i, audio.length, 'no audio beyond the generations');
+  return groups;
+}
 
 test('text streamed in is generated on the chunk schedule and on flush, with alignment, and billed per character synthesized', async () => {
   const gw = await gateway();
@@ -162,17 +182,21 @@ test('text streamed in is generated on the chunk schedule and on flush, with ali
   assert.equal(r.code, 1000);
   const audio = r.frames.filter((f) => f.audio);
   assert.ok(audio.length >= 2, `${audio.length} audio frames`);
-  assert.equal(audio.map((f) => f.alignment.chars.join('')).join(''), first + second, 'alignment covers exactly the text synthesized');
+  assert.equal(audio.map((f) => f.alignment?.chars.join('') ?? '').join(''), first + second, 'alignment covers exactly the text synthesized');
+  // The first text passes the schedule's 50 characters (cut at its last space: all of it), the second is flushed: each relayed in frames as it is made.
+  const gens = byGeneration(r.frames, [first, second]);
+  assert.ok(gens.some((g) => g.length > 1), `audio relayed as it is made: ${gens.map((g) => g.length)} frames a generation`);
   for (const f of audio) {
     const pcm = Buffer.from(f.audio, 'base64');
     const ms = (pcm.length / 2 / 16_000) * 1000;
     const a = f.alignment;
+    if (!a) continue;
     const end = a.charStartTimesMs.at(-1) + a.charsDurationsMs.at(-1);
-    assert.ok(Math.abs(end - ms) <= 2, `alignment ends at ${end} ms, the chunk's 16 kHz audio lasts ${ms} ms`);
+    assert.ok(Math.abs(end - ms) <= 2, `alignment ends at ${end} ms, the frame's 16 kHz audio lasts ${ms} ms`);
     assert.deepEqual(f.normalizedAlignment, f.alignment);
   }
-  assert.deepEqual(r.frames.at(-1), { audio: null, isFinal: true, normalizedAlignment: null, alignment: null });
   const chars = BigInt([...(first + second)].length);
+  assert.deepEqual(r.frames.at(-1), finalOf(chars * PER_CHAR), 'the final message carries what the session was billed');
   assert.equal(before - (await balanceNano(gw, account)), chars * PER_CHAR, 'billed exactly the characters synthesized');
   await assertInvariants(assert, gw, account);
 });
@@ -203,11 +227,50 @@ test('a session whose balance runs out mid-way is told why and closed, billed fo
   const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key }, frames);
   assert.equal(r.code, 1008);
   assert.match(r.reason + JSON.stringify(r.frames), /insufficient_balance/);
-  const generated = r.frames.filter((f) => f.audio).length;
-  assert.equal(generated, 1, 'the second chunk costs more than the balance left, and the balance never goes below zero');
-  assert.match(r.reason + JSON.stringify(r.frames), /needs up to \$0\.0006 \(600000 nd\); \$0\.0004 \(400000 nd\) is available/);
+  byGeneration(r.frames, [chunk]); // the second chunk costs more than the balance left, and the balance never goes below zero
+  const told = r.frames.find((f) => f.error === 'insufficient_balance');
+  assert.equal(told?.code, 1008, 'the family\'s message, then the 1008 close');
+  assert.match(told.message, /needs up to \$0\.0006 \(600000 nd\); \$0\.0004 \(400000 nd\) is available/);
+  assert.match(told.message, /This session was billed \$0\.0006 \(600000 nd\) in all\./, 'what it was billed');
   const show = await gw.cli('account', 'show', account);
   assert.equal(BigInt(Math.round(show.balance * 1e9)), 1_000_000n - BigInt(chunk.length) * PER_CHAR);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a session whose key ceiling runs out mid-way is told so (key_spend_limit_reached, what it was billed) and closed with 1008; nothing more runs', async () => {
+  const gw = await gateway();
+  // A daily ceiling of $0.001: 66 characters. The first generation (40) fits; the second is refused before it runs.
+  const { key, account } = await gw.account('10', { spendLimit: '0.001', period: 'daily' });
+  const chunk = 'Forty characters of text are said here. ';
+  const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key }, [
+    { text: ' ' }, { text: chunk, flush: true }, { text: chunk, flush: true }, { text: chunk, flush: true },
+  ]);
+  assert.equal(r.code, 1008);
+  assert.equal(r.reason, 'key_spend_limit_reached');
+  byGeneration(r.frames, [chunk]);
+  const told = r.frames.at(-1);
+  assert.equal(told.error, 'key_spend_limit_reached');
+  assert.equal(told.code, 1008);
+  assert.match(told.message, /This session was billed \$0\.0006 \(600000 nd\) in all\./);
+  assert.equal(10_000_000_000n - await balanceNano(gw, account), BigInt(chunk.length) * PER_CHAR, 'only the generation that ran is billed');
+  await assertInvariants(assert, gw, account);
+});
+
+test('audio is relayed as the upstream makes it: a generation\'s first frame arrives long before its last', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const text = 'Each quarter second of this speech leaves the gateway as soon as it is made. ';
+  const s = await connect(wsUrl(gw, 'output_format=pcm_16000&model_id=sim-tts'), { 'xi-api-key': key, 'x-sim-token-delay-ms': '100' });
+  const at = [];
+  s.ws.on('message', (d) => { if (JSON.parse(d.toString()).audio) at.push(Date.now()); });
+  s.ws.send(JSON.stringify({ text: ' ' }));
+  s.ws.send(JSON.stringify({ text, flush: true }));
+  s.ws.send(JSON.stringify({ text: '' }));
+  assert.equal((await s.closed).code, 1000);
+  // sim: 60 ms a character in 250 ms pieces, 100 ms apart: 19 pieces over about 1.9 s.
+  const [frames] = byGeneration(s.frames, [text]);
+  assert.ok(frames.length >= 5, `${frames.length} frames`);
+  assert.ok(at.at(-1) - at[0] >= 1000, `the first frame came ${at.at(-1) - at[0]} ms before the last`);
   await assertInvariants(assert, gw, account);
 });
 
@@ -220,7 +283,7 @@ test('each generation counts as a request against the key\'s rpm: past it the se
   ]);
   assert.equal(r.code, 1008);
   assert.match(r.reason + JSON.stringify(r.frames), /rate_limit_exceeded/);
-  assert.equal(r.frames.filter((f) => f.audio).length, 1);
+  byGeneration(r.frames, ['One generation fits. ']);
   const show = await gw.cli('account', 'show', account);
   assert.equal(BigInt(Math.round(show.balance * 1e9)), 1_000_000_000n - BigInt('One generation fits. '.length) * PER_CHAR, 'only the generation made is billed');
   await assertInvariants(assert, gw, account);
@@ -251,7 +314,7 @@ test('a cloned voice speaks only for its own account: another account\'s key is 
   mine.ws.send(JSON.stringify({ text: 'Spoken in my own voice. ', flush: true }));
   mine.ws.send(JSON.stringify({ text: '' }));
   assert.equal((await mine.closed).code, 1000);
-  assert.equal(mine.frames.filter((f) => f.audio).length, 1);
+  byGeneration(mine.frames, ['Spoken in my own voice. ']);
   await assertInvariants(assert, gw, a.account);
 });
 
@@ -265,10 +328,10 @@ test('mp3 is made as the REST routes make it: each generation is an mp3 at the f
     { text: ' ' }, { text: first, flush: true }, { text: second, flush: true }, { text: '' },
   ]);
   assert.equal(r.code, 1000);
-  const audio = r.frames.filter((f) => f.audio);
-  assert.equal(audio.length, 2);
+  const gens = byGeneration(r.frames, [first, second]);
   for (const [i, text] of [first, second].entries()) {
-    const mp3 = Buffer.from(audio[i].audio, 'base64');
+    // a generation's frames, joined, are one mp3
+    const mp3 = Buffer.concat(gens[i].map((f) => Buffer.from(f.audio, 'base64')));
     const { format } = await parseBuffer(mp3, { mimeType: 'audio/mpeg' }, { duration: true });
     assert.equal(format.container, 'MPEG');
     assert.equal(format.sampleRate, 22_050, 'the rate output_format names (the upstream speaks 24 kHz)');
@@ -276,9 +339,9 @@ test('mp3 is made as the REST routes make it: each generation is an mp3 at the f
     // sim speaks 60 ms a character; mp3 pads to whole frames and adds the encoder's delay.
     const want = [...text].length * 0.06;
     assert.ok(format.duration >= want - 0.01 && format.duration <= want + 0.2, `${format.duration} s for ${want} s of speech`);
-    const a = audio[i].alignment;
-    assert.equal(a.chars.join(''), text);
-    assert.ok(Math.abs(a.charStartTimesMs.at(-1) + a.charsDurationsMs.at(-1) - want * 1000) <= 2, 'the alignment spans the speech');
+    const spans = gens[i].map((f) => (f.alignment ? f.alignment.charStartTimesMs.at(-1) + f.alignment.charsDurationsMs.at(-1) : 0));
+    const spanned = spans.reduce((n, x) => n + x, 0);
+    assert.ok(Math.abs(spanned - want * 1000) <= 2 * spans.length, `the frames' alignments span the speech: ${spanned} ms for ${want * 1000}`);
   }
   await assertInvariants(assert, gw, account);
 });
@@ -291,9 +354,8 @@ test('opus is made as the REST routes make it: each generation is Ogg Opus audio
     { text: ' ' }, { text, flush: true }, { text: '' },
   ]);
   assert.equal(r.code, 1000, JSON.stringify(r.frames[0]));
-  const audio = r.frames.filter((f) => f.audio);
-  assert.equal(audio.length, 1);
-  const ogg = Buffer.from(audio[0].audio, 'base64');
+  const [frames] = byGeneration(r.frames, [text]);
+  const ogg = Buffer.concat(frames.map((f) => Buffer.from(f.audio, 'base64')));
   assert.equal(ogg.subarray(0, 4).toString('latin1'), 'OggS');
   assert.ok(ogg.includes(Buffer.from('OpusHead')), 'an Ogg Opus stream');
   const { parseBuffer } = await import('music-metadata');
@@ -302,7 +364,7 @@ test('opus is made as the REST routes make it: each generation is Ogg Opus audio
   await assertInvariants(assert, gw, account);
 });
 
-test('an upstream that fails before any audio closes with 1011 and bills nothing; one that breaks off after audio sends what it made, bills the generation and closes with 1011', async () => {
+test('an upstream that fails before any audio closes with 1011 and bills nothing; one that breaks off after audio sends what it made, bills the characters it sent and closes with 1011', async () => {
   const gw = await gateway();
   const { key, account } = await gw.account('1');
   const before = await balanceNano(gw, account);
@@ -319,13 +381,14 @@ test('an upstream that fails before any audio closes with 1011 and bills nothing
     { text: ' ' }, { text, flush: true },
   ]);
   assert.equal(cut.code, 1011);
-  assert.match(cut.reason, /the audio it produced was billed/);
   const audio = cut.frames.filter((f) => f.audio);
-  assert.equal(audio.length, 1, 'what the upstream made before it broke off');
-  assert.equal(audio[0].alignment, null, 'untimed: the text it covers is not known');
-  const bytes = Buffer.from(audio[0].audio, 'base64').length;
+  assert.ok(audio.length >= 1, 'what the upstream made before it broke off');
+  const bytes = audio.reduce((n, f) => n + Buffer.from(f.audio, 'base64').length, 0);
   assert.ok(bytes > 0 && bytes <= 0.5 * 16_000 * 2, `${bytes} bytes: at most sim's two 250 ms pieces, at 16 kHz`);
-  assert.equal(before - (await balanceNano(gw, account)), BigInt([...text].length) * PER_CHAR, 'the generation that produced audio is billed its characters');
+  const said = audio.map((f) => f.alignment?.chars.join('') ?? '').join('');
+  assert.ok(said.length > 0 && text.startsWith(said) && said.length < text.length, `the frames cover the start of the text: ${JSON.stringify(said)}`);
+  assert.match(cut.reason + JSON.stringify(cut.frames), new RegExp(`the ${said.length} characters of the audio it sent were billed`));
+  assert.equal(before - (await balanceNano(gw, account)), BigInt(said.length) * PER_CHAR, 'billed the characters sent, not the whole text');
   await assertInvariants(assert, gw, account);
 });
 
@@ -343,8 +406,7 @@ test('a whitespace-only frame (the flush frame {"text":" ","flush":true}) adds n
     { text: 'Hello' }, { text: ' ' }, { text: 'world.', flush: true }, { text: '' },
   ]);
   assert.equal(r.code, 1000);
-  const spoken = r.frames.filter((f) => f.audio).map((f) => f.alignment.chars.join(''));
-  assert.deepEqual(spoken, [NINETY_EIGHT, 'Hello world.']);
+  byGeneration(r.frames, [NINETY_EIGHT, 'Hello world.']);
   assert.equal(before - (await balanceNano(gw, account)), (98n + 12n) * PER_CHAR, 'billed 98 + 12 characters, no flush space');
   await assertInvariants(assert, gw, account);
 });
@@ -357,9 +419,8 @@ test('opus generations on one socket are one Ogg Opus stream: one BOS page, one 
     { text: ' ' }, ...texts.map((text) => ({ text, flush: true })), { text: '' },
   ]);
   assert.equal(r.code, 1000);
-  const chunks = r.frames.filter((f) => f.audio).map((f) => Buffer.from(f.audio, 'base64'));
-  assert.equal(chunks.length, texts.length);
-  const ogg = Buffer.concat(chunks);
+  byGeneration(r.frames, texts);
+  const ogg = Buffer.concat(r.frames.filter((f) => f.audio).map((f) => Buffer.from(f.audio, 'base64')));
   const pages = oggPages(ogg);
   assert.equal(pages.filter((p) => p.flags & 2).length, 1, 'one beginning-of-stream page');
   assert.deepEqual([...new Set(pages.map((p) => p.serial))].length, 1, 'one serial number');

@@ -1,13 +1,15 @@
 // WS /beta/v1/text-to-speech/{voice_id}/multi-stream-input: several contexts on one socket, each with its own text buffer and chunk schedule, billed per generation.
 import type { Services } from '../../services.js';
 import { GatewayError } from '../../errors.js';
+import { SessionEnd, type EndHow } from '../../exchange/session-end.js';
 import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, checkFrameKey, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
-  voiceOfFrame, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
+  changesFirst, checkFirstFrame, checkFrameKey, finalFrame, GOING_AWAY, keyOfFrame, NO_WORK, NORMAL, openSpeechSession, POLICY, refusal, refusedFormat, revoked, scheduleOf,
+  streamOptions, TextBuffer, voiceOfFrame, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
+import { Generations, type FrameOut, type Generated } from './generation.js';
 import type { GenerationStream } from './produce.js';
 
 const REASON = 'beta.tts.multi_stream_input';
@@ -47,36 +49,38 @@ interface Context {
   tail: Promise<void>;
   /** Its audio: one stream across its generations (one Ogg Opus stream per context), made at the first. */
   audio: GenerationStream | null;
+  /** How its audio frames are written (naming the context) and sent. */
+  out: FrameOut;
+  /** What its generations were billed (its final message says it). */
+  billed: bigint;
 }
 
 class MultiStreamInput implements SessionHandler {
   private started = false;
-  private ended = false;
   private timer: NodeJS.Timeout | null = null;
   /** Open contexts by id ('' is the default context of messages without `context_id`). */
   private readonly contexts = new Map<string, Context>();
   private readonly generations: Generations | null;
+  /** The session's one end (a refusal, close_socket, the client's close, a revoked key, shutdown). */
+  private readonly end: SessionEnd;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
     this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
+    this.end = new SessionEnd(socket, this.generations ?? NO_WORK, () => this.session?.charge ?? null);
     this.follow();
   }
 
-  /** Once admitted, the session follows its key: revoked, it stops (stopSession). */
+  private get ended(): boolean { return this.end.ending; }
+
+  /** Once admitted, the session follows its key: revoked, it stops. */
   private follow(): void {
-    this.session?.charge.watch((e) => {
-      if (this.ended) return;
-      this.ended = true;
-      this.generations?.stop();
-      this.disarm();
-      for (const ctx of this.contexts.values()) this.disarmContext(ctx);
-      stopSession(this.socket, e);
-    });
+    this.session?.charge.watch((e) => this.stop(revoked(e)));
   }
 
   opened(): void {
-    if (refusedFormat(this.socket, this.o)) { this.ended = true; return; }
+    const refused = refusedFormat(this.o);
+    if (refused) { void this.stop(refused); return; }
     this.arm();
   }
 
@@ -144,7 +148,12 @@ class MultiStreamInput implements SessionHandler {
       void this.error(`${e.code}: ${e.message} The context was not opened.`, id);
       return null;
     }
-    const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, voice, config: JSON.stringify(m.generation_config ?? null), timer: null, tail: Promise.resolve(), audio: null };
+    const out: FrameOut = {
+      frame: (audio, alignment) => JSON.stringify({ audio: audio.toString('base64'), isFinal: false, normalizedAlignment: alignment, alignment, contextId: id }),
+      send: (frame) => this.socket.send(frame),
+    };
+    const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, voice, config: JSON.stringify(m.generation_config ?? null), timer: null,
+      tail: Promise.resolve(), audio: null, out, billed: 0n };
     this.contexts.set(id ?? '', ctx);
     return ctx;
   }
@@ -158,20 +167,18 @@ class MultiStreamInput implements SessionHandler {
   private generate(ctx: Context, piece: string): void {
     if (!this.session || !this.generations) return;
     ctx.audio ??= this.session.plan.stream();
-    ctx.tail = this.generations.run(this.session, ctx.audio, piece, ctx.voice, (g) => this.deliver(ctx, g)).catch((e: unknown) => {
+    ctx.tail = this.generations.run(this.session, ctx.audio, piece, ctx.voice, ctx.out, (g) => this.generated(ctx, g)).catch((e: unknown) => {
       // Not awaited by the message that queued it: a failure here is logged and ends the session, as a handler's would.
       log('error', 'multi-stream-input generation failed', { session: this.socket.id, error: String((e as Error)?.stack ?? e) });
       this.refuse(1011, 'internal error');
     });
   }
 
-  private async deliver(ctx: Context, g: Generated): Promise<void> {
-    if (g.ok) {
-      await this.socket.send(JSON.stringify({ audio: g.audio.toString('base64'), isFinal: false, normalizedAlignment: g.alignment, alignment: g.alignment, contextId: ctx.id }));
-      return;
-    }
-    if (g.audio && g.audio.length > 0) await this.socket.send(JSON.stringify({ audio: g.audio.toString('base64'), isFinal: false, normalizedAlignment: null, alignment: null, contextId: ctx.id }));
-    if (g.code !== GOING_AWAY) this.refuse(g.code, g.reason);
+  /** A generation of `ctx` ended (its audio already sent): its cost counted; a refused or failed one ends the session (a refusal saying what it was billed). */
+  private generated(ctx: Context, g: Generated): Promise<void> {
+    ctx.billed += g.cost;
+    if (!g.ok && g.code !== GOING_AWAY) this.refuse(g.code, g.reason, g.refusal ? this.session?.charge.billed : undefined);
+    return Promise.resolve();
   }
 
   /**
@@ -188,8 +195,9 @@ class MultiStreamInput implements SessionHandler {
     return Promise.resolve();
   }
 
+  /** A context's final message, with `cost`: what its generations were billed, in dollars. */
   private async final(ctx: Context): Promise<void> {
-    if (!this.ended) await this.socket.send(JSON.stringify({ audio: null, isFinal: true, contextId: ctx.id }));
+    if (!this.ended) await this.socket.send(finalFrame({ audio: null, isFinal: true, contextId: ctx.id }, ctx.billed));
   }
 
   /** `close_socket`: every context's text is generated, each context ends with its final message, then a normal close. */
@@ -207,15 +215,16 @@ class MultiStreamInput implements SessionHandler {
     await this.socket.send(JSON.stringify({ message, error: 'invalid_message', code: POLICY, ...(typeof contextId === 'string' ? { contextId } : {}) }));
   }
 
-  /** Ends the session: a long reason goes first as a message frame, then the close. */
-  private refuse(code: number, reason: string): void {
-    this.ended = true;
-    this.generations?.stop();
+  /** Ends the session at once with `code` (the reason as the family's message when long; what was billed when `billed` is given). */
+  private refuse(code: number, reason: string, billed?: bigint): void {
+    void this.stop(refusal(code, reason, billed));
+  }
+
+  /** The session's end: timers off, then SessionEnd (nothing new starts, what is under way settles, the close, the slot freed). */
+  private stop(how: EndHow): Promise<void> {
     this.disarm();
     for (const ctx of this.contexts.values()) this.disarmContext(ctx);
-    if (Buffer.byteLength(reason) <= 123) { this.socket.close(code, reason); return; }
-    const short = reason.slice(0, reason.indexOf(':') > 0 ? reason.indexOf(':') : 100);
-    void this.socket.send(JSON.stringify({ message: reason, error: short, code })).then(() => this.socket.close(code, short));
+    return this.end.end(how);
   }
 
   /** The socket closes after `inactivity_timeout` without any message. */
@@ -243,26 +252,13 @@ class MultiStreamInput implements SessionHandler {
   }
 
   async closed(): Promise<void> {
-    this.ended = true;
-    // The one under way finishes; those queued behind it are not started (nobody is there to hear them).
-    this.generations?.stop();
-    this.disarm();
-    for (const ctx of this.contexts.values()) this.disarmContext(ctx);
-    // Generations under way are billed first (they were produced); then the slot is freed.
-    await this.generations?.idle();
+    // The one under way finishes and is billed; those queued behind it are not started (nobody is there to hear them); then the slot is freed.
+    await this.stop({ code: NORMAL });
     for (const ctx of this.contexts.values()) ctx.audio?.close();
-    await this.session?.charge.release();
   }
 
   async shutdown(): Promise<void> {
-    this.ended = true;
-    this.generations?.stop();
-    this.disarm();
-    for (const ctx of this.contexts.values()) this.disarmContext(ctx);
-    await this.generations?.idle();
+    await this.stop({ code: GOING_AWAY, reason: 'the gateway is shutting down' });
     for (const ctx of this.contexts.values()) ctx.audio?.close();
-    this.socket.close(GOING_AWAY, 'the gateway is shutting down');
-    await this.session?.charge.release();
   }
 }
-

@@ -1,18 +1,17 @@
-// What the stream-input WebSockets share: the query, the session's admission, the text buffer on its chunk schedule, and one generation (held, synthesized, recorded, billed).
+// What the stream-input WebSockets share: the query, the session's admission, the text buffer on its chunk schedule, the session's refusals and ends.
 import type { Services } from '../../services.js';
 import { GatewayError } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
 import { authenticateKey, invalidKey, requireScope } from '../../gate/auth.js';
-import { price } from '../../ledger/pricing.js';
-import { SpeechMeter } from '../../meter/synthesis.js';
-import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import { hashKey } from '../../store/ids.js';
-import type { SessionSocket, UpgradeRequest } from '../../server/ws.js';
-import { beta } from './family.js';
+import type { EndHow } from '../../exchange/session-end.js';
+import { nanoToDecimal } from '../../money.js';
+import type { UpgradeRequest } from '../../server/ws.js';
 import { betaPreset } from './presets.js';
 import { OUTPUT_FORMATS, WHOLE_FILE_FORMATS, type OutputFormat } from './schemas.js';
-import { production, type GenerationStream, type Production } from './produce.js';
+import { production, type Production } from './produce.js';
+import { Pace } from './spoken.js';
 import { queryParams, voiceSettingsParams } from './speech-params.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
 
@@ -71,6 +70,8 @@ export interface SpeechSession {
   plan: Production;
   /** The query's speech parameters the voice's model honours, sent on with every generation. */
   extra: Record<string, unknown>;
+  /** The voice's speaking pace, learnt from the session's finished generations (how a frame's characters are reckoned). */
+  pace: Pace;
 }
 
 /**
@@ -85,7 +86,7 @@ export async function openSpeechSession(s: Services, key: KeyRecord, sessionId: 
   const plan = production(o.format, s.upstreams.config(target.model.upstream).speech);
   const charge = await Charge.open(s, { key, id: sessionId, model: target.model, reason,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: 0, audioOutMs: 0 } });
-  return { target, charge, plan, extra };
+  return { target, charge, plan, extra, pace: new Pace() };
 }
 
 /** The key of a first frame (`xi_api_key`, `xi-api-key` or `authorization`), checked for the voice scope; a GatewayError says why not. */
@@ -198,134 +199,43 @@ export class TextBuffer {
   }
 }
 
-/** Each character's start and length in ms, spread evenly over the chunk's audio (the upstream reports none). */
-export interface WsAlignment { chars: string[]; charStartTimesMs: number[]; charsDurationsMs: number[] }
-
-export function align(text: string, durationMs: number): WsAlignment {
-  const chars = [...text];
-  const per = chars.length ? durationMs / chars.length : 0;
-  return {
-    chars,
-    charStartTimesMs: chars.map((_, i) => Math.round(i * per)),
-    charsDurationsMs: chars.map((_, i) => Math.round((i + 1) * per) - Math.round(i * per)),
-  };
-}
-
-/** A generation's end: its audio and alignment; or the session must close (`audio`: what was produced before an upstream broke off). */
-export type Generated =
-  | { ok: true; audio: Buffer; alignment: WsAlignment }
-  | { ok: false; code: number; reason: string; audio: Buffer | null };
-
 /**
- * Runs a session's generations, one at a time: the session's one running record (the limiter keeps
- * one per hold) then always belongs to the generation under way.
+ * How a session whose key was revoked ends (the change feed shows it within about a second): the
+ * family's error message (`{message, error, code}`), then the 1008 close with the error's code as its
+ * reason, at once. Generations not yet started do not run; the one under way finishes and is billed.
  */
-export class Generations {
-  private seq = 0;
-  private chain: Promise<unknown> = Promise.resolve();
-
-  constructor(private readonly s: Services, private readonly sessionId: string, private readonly headers: Record<string, string>) {}
-
-  /** Generations queued and not yet delivered. */
-  queued = 0;
-  private stopped = false;
-
-  /** Generations queued from now on, or not yet started, do not run (the session is ending). */
-  stop(): void { this.stopped = true; }
-
-  /**
-   * Queues a generation after those already queued, its audio made as the next piece of `audio`; `deliver` sends its outcome, and the next one
-   * starts only once it has (a slow client holds the generations back). Resolves once delivered.
-   */
-  run(session: SpeechSession, audio: GenerationStream, text: string, voice: VoiceFields, deliver: (g: Generated) => Promise<void>): Promise<void> {
-    this.queued++;
-    const skipped: Generated = { ok: false, code: GOING_AWAY, reason: '', audio: null };
-    const run = this.chain.then(() => (this.stopped ? skipped : this.generate(session, audio, text, voice))).then(deliver).finally(() => { this.queued--; });
-    this.chain = run.catch(() => undefined);
-    return run;
-  }
-
-  /** Resolves once every queued generation has run (and been billed). */
-  idle(): Promise<void> { return this.chain.then(() => undefined); }
-
-  /**
-   * Holds the text's price (balance, ceiling and an rpm token checked again), asks the upstream for
-   * it as the REST routes do (PCM, made into the format by production()), and bills it as a part
-   * of the session. The running record of the part is written once the upstream has produced audio,
-   * before any of it is sent: a process killed from then on still bills the characters (recovery
-   * commits the record); before that, nothing was produced and nothing is billed. Once produced, a
-   * generation is billed whether the client stays to hear it or the upstream breaks off.
-   */
-  private async generate(session: SpeechSession, stream: GenerationStream, text: string, voice: VoiceFields): Promise<Generated> {
-    const { charge, target, plan, extra } = session;
-    if (!charge.isOpen) return { ok: false, code: GOING_AWAY, reason: '', audio: null };
-    const characters = [...text].length;
-    const cost = price(target.model.prices, { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 });
-    try {
-      // Each generation is a billed unit: it counts against the key's rpm as a request does.
-      await charge.extend(cost, { countsAsRequest: true, cover: true });
-    } catch (e) {
-      if (e instanceof GatewayError) return { ok: false, code: POLICY, reason: `${e.code}: ${e.message}`, audio: null };
-      throw e;
-    }
-    const seq = ++this.seq;
-    // the socket's (context's) stream: Opus generations continue one Ogg stream (produce.ts)
-    const meter = new SpeechMeter({ characters }, stream.generation(), plan.contentType, {});
-    const parts: Buffer[] = [];
-    let pcmBytes = 0;
-    let recorded = false;
-    let failure: unknown = null;
-    try {
-      const body = { ...extra, ...voice, model: target.model.upstreamModel, input: text, voice: target.upstreamVoice, response_format: plan.upstreamFormat };
-      const call = this.s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
-        Buffer.from(JSON.stringify(body)), `${this.sessionId}-${seq}`);
-      const res = await call.response;
-      if (res.statusCode !== 200) throw await beta.upstreamError(res, this.sessionId);
-      const idleMs = this.s.upstreams.config(target.model.upstream).timeoutMs;
-      res.setTimeout(idleMs, () => res.destroy(new Error(`no data for ${idleMs} ms`)));
-      for await (const chunk of res) {
-        pcmBytes += (chunk as Buffer).length;
-        const out = meter.onData(chunk as Buffer);
-        if (out.length > 0) parts.push(out);
-        // The generation's usage (its characters) is whole from its first audio: one record suffices.
-        if (meter.produced && !recorded) { recorded = true; await charge.progress(meter.usage(), { seq }); }
-      }
-      if (!res.complete) throw new Error('the speech upstream ended its reply early');
-      parts.push(meter.onEnd(true));
-    } catch (e) {
-      failure = e;
-      meter.onEnd(false);
-    }
-    // Produced: billed (whole, or partial when the upstream broke off after producing audio).
-    // Nothing produced: the stretch held for it is given back.
-    await charge.settle(meter.usage(), { seq, final: false, covers: cost });
-    const audio = Buffer.concat(parts);
-    if (failure !== null) {
-      const err = failure instanceof GatewayError ? failure : null;
-      log('warn', 'stream-input generation failed', { session: this.sessionId, error: String((failure as Error)?.message ?? failure) });
-      const billed = meter.produced ? 'the audio it produced was billed' : 'nothing was billed for this text';
-      return { ok: false, code: UPSTREAM_FAILED, reason: `${err?.code ?? 'upstream_error'}: the speech upstream failed; ${billed}.`, audio: meter.produced ? audio : null };
-    }
-    return { ok: true, audio, alignment: align(text, Math.round((pcmBytes / 2 / plan.pcmRate) * 1000)) };
-  }
+export function revoked(e: GatewayError): EndHow {
+  return { code: POLICY, reason: e.code, message: JSON.stringify({ message: e.message, error: e.code, code: POLICY }), now: true };
 }
 
 /**
- * Ends a session whose key was revoked (the change feed shows it within about a second): the family's
- * error message (`{message, error, code}`), then the 1008 close with the error's code as its reason.
- * Generations not yet started do not run; the one under way is billed (it was produced).
+ * How a session whose `output_format` was refused (StreamOptions.formatError) ends: the whole reason in a
+ * message (a close reason holds 123 bytes), then the family's 1008 close. Null when the format is fine.
  */
-export function stopSession(socket: SessionSocket, e: GatewayError): void {
-  void socket.send(JSON.stringify({ message: e.message, error: e.code, code: POLICY })).then(() => socket.close(POLICY, e.code));
-}
-
-/**
- * Refuses a session whose `output_format` was refused (StreamOptions.formatError): the whole reason in a
- * message (a close reason holds 123 bytes), then the family's 1008 close. True when it refused.
- */
-export function refusedFormat(socket: SessionSocket, o: StreamOptions): boolean {
-  if (!o.formatError) return false;
+export function refusedFormat(o: StreamOptions): EndHow | null {
+  if (!o.formatError) return null;
   const { message, reason } = o.formatError;
-  void socket.send(JSON.stringify({ message, error: 'invalid_output_format', code: POLICY })).then(() => socket.close(POLICY, reason));
-  return true;
+  return { code: POLICY, reason, message: JSON.stringify({ message, error: 'invalid_output_format', code: POLICY }), now: true };
+}
+
+/**
+ * How a session is refused or stopped mid-way (a refused generation, the inactivity timeout, a bad
+ * first frame, an upstream failure): closed at once with `code`. A reason longer than a close frame
+ * holds goes first as the family's message `{message, error, code}` (the close then carries its code
+ * part). `billed`: the session was stopped for money or rate (its next generation refused), and the
+ * message says what it was billed in all.
+ */
+export function refusal(code: number, reason: string, billed?: bigint): EndHow {
+  const told = billed === undefined ? reason : `${reason} This session was billed $${nanoToDecimal(billed)} (${billed} nd) in all.`;
+  if (Buffer.byteLength(told) <= 123) return { code, reason: told, now: true };
+  const short = reason.slice(0, reason.indexOf(':') > 0 ? reason.indexOf(':') : 100);
+  return { code, reason: short, message: JSON.stringify({ message: told, error: short, code }), now: true };
+}
+
+/** A session's end while the socket is open: nothing new starts (`stop`); `idle` once the generation under way has ended. */
+export const NO_WORK = { stop(): void {}, idle: (): Promise<void> => Promise.resolve() };
+
+/** The final message (`isFinal: true`) with `cost`: what it closes was billed, in dollars as a JSON number (exact, at most 9 decimals). */
+export function finalFrame(fields: Record<string, unknown>, cost: bigint): string {
+  return `${JSON.stringify(fields).slice(0, -1)},"cost":${nanoToDecimal(cost)}}`;
 }

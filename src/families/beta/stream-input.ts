@@ -1,12 +1,14 @@
 // WS /beta/v1/text-to-speech/{voice_id}/stream-input: text in as it is written, audio out as it is generated, billed per generation.
 import type { Services } from '../../services.js';
 import { GatewayError } from '../../errors.js';
+import { SessionEnd, type EndHow } from '../../exchange/session-end.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, checkFrameKey, GOING_AWAY, Generations, keyOfFrame, NORMAL, openSpeechSession, POLICY, refusedFormat, scheduleOf, stopSession, streamOptions, TextBuffer,
-  voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
+  changesFirst, checkFirstFrame, checkFrameKey, finalFrame, GOING_AWAY, keyOfFrame, NO_WORK, NORMAL, openSpeechSession, POLICY, refusal, refusedFormat, revoked, scheduleOf,
+  streamOptions, TextBuffer, voiceOfFrame, DEFAULT_SCHEDULE, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
+import { Generations, type FrameOut, type Generated } from './generation.js';
 import type { GenerationStream } from './produce.js';
 
 const REASON = 'beta.tts.stream_input';
@@ -29,7 +31,6 @@ export function streamInputRoute(s: Services): SocketRoute {
 
 class StreamInput implements SessionHandler {
   private started = false;
-  private ended = false;
   private buffer = new TextBuffer(DEFAULT_SCHEDULE);
   private timer: NodeJS.Timeout | null = null;
   /** The first frame's voice_settings and generation_config as given (a later frame must not change them) and the fields they add upstream. */
@@ -38,26 +39,31 @@ class StreamInput implements SessionHandler {
   private readonly generations: Generations | null;
   /** The socket's audio: one stream across its generations (one Ogg Opus stream), made at the first. */
   private audio: GenerationStream | null = null;
+  /** The session's one end (a refusal, `{"text": ""}`, the client's close, a revoked key, shutdown). */
+  private readonly end: SessionEnd;
+  /** How each audio frame is written and sent. */
+  private readonly out: FrameOut = {
+    frame: (audio, alignment) => JSON.stringify({ audio: audio.toString('base64'), isFinal: null, normalizedAlignment: alignment, alignment }),
+    send: (frame) => this.socket.send(frame),
+  };
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
     this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
+    this.end = new SessionEnd(socket, this.generations ?? NO_WORK, () => this.session?.charge ?? null);
     this.follow();
   }
 
-  /** Once admitted, the session follows its key: revoked, it stops (stopSession). */
+  private get ended(): boolean { return this.end.ending; }
+
+  /** Once admitted, the session follows its key: revoked, it stops. */
   private follow(): void {
-    this.session?.charge.watch((e) => {
-      if (this.ended) return;
-      this.ended = true;
-      this.generations?.stop();
-      this.disarm();
-      stopSession(this.socket, e);
-    });
+    this.session?.charge.watch((e) => this.stop(revoked(e)));
   }
 
   opened(): void {
-    if (refusedFormat(this.socket, this.o)) { this.ended = true; return; }
+    const refused = refusedFormat(this.o);
+    if (refused) { void this.stop(refused); return; }
     this.arm();
   }
 
@@ -124,45 +130,45 @@ class StreamInput implements SessionHandler {
     }
   }
 
-  /** Synthesizes one piece and sends its audio (waiting for a slow client); a refused or failed generation ends the session. */
+  /** Synthesizes one piece, its audio sent as it is made (waiting for a slow client); a refused or failed generation ends the session. */
   private async generate(piece: string): Promise<void> {
     if (!this.session || !this.generations) return;
     this.audio ??= this.session.plan.stream();
-    await this.generations.run(this.session, this.audio, piece, this.voice, (g) => this.send(g));
+    await this.generations.run(this.session, this.audio, piece, this.voice, this.out, (g) => this.generated(g));
   }
 
-  private async send(g: Generated): Promise<void> {
-    if (g.ok) {
-      await this.socket.send(JSON.stringify({ audio: g.audio.toString('base64'), isFinal: null, normalizedAlignment: g.alignment, alignment: g.alignment }));
-      return;
-    }
-    // What an upstream produced before it broke off is the client's (it is billed): sent, untimed.
-    if (g.audio && g.audio.length > 0) await this.socket.send(JSON.stringify({ audio: g.audio.toString('base64'), isFinal: null, normalizedAlignment: null, alignment: null }));
-    if (g.code !== GOING_AWAY) this.refuse(g.code, g.reason);
+  /** A generation ended: done, skipped (the session is ending), or the session is refused (what it was billed is said) or failed. */
+  private generated(g: Generated): Promise<void> {
+    if (g.ok || g.code === GOING_AWAY) return Promise.resolve();
+    this.refuse(g.code, g.reason, g.refusal ? this.session?.charge.billed : undefined);
+    return Promise.resolve();
   }
 
-  /** `{"text": ""}`: whatever is buffered is generated, then `{"isFinal": true}` and a normal close. */
+  /**
+   * `{"text": ""}`: whatever is buffered is generated, then `{"isFinal": true, "cost"}` (everything the
+   * session was billed, in dollars) and a normal close.
+   */
   private async finish(): Promise<void> {
     await this.flush();
     if (this.ended) return;
-    await this.socket.send(JSON.stringify({ audio: null, isFinal: true, normalizedAlignment: null, alignment: null }));
-    this.refuse(NORMAL, '');
+    this.disarm();
+    await this.socket.send(finalFrame({ audio: null, isFinal: true, normalizedAlignment: null, alignment: null }, this.session?.charge.billed ?? 0n));
+    await this.stop({ code: NORMAL, reason: '' });
   }
 
   private async error(message: string): Promise<void> {
     await this.socket.send(JSON.stringify({ message, error: 'invalid_message', code: POLICY }));
   }
 
-  /**
-   * Ends the session: a reason longer than a close frame holds goes first as a message frame; the
-   * socket closes with `code`; its charge is released when the close arrives.
-   */
-  private refuse(code: number, reason: string): void {
-    this.ended = true;
+  /** Ends the session at once with `code` (the reason as the family's message when long; what was billed when `billed` is given). */
+  private refuse(code: number, reason: string, billed?: bigint): void {
+    void this.stop(refusal(code, reason, billed));
+  }
+
+  /** The session's end: the timer off, then SessionEnd (nothing new starts, what is under way settles, the close, the slot freed). */
+  private stop(how: EndHow): Promise<void> {
     this.disarm();
-    if (Buffer.byteLength(reason) <= 123) { this.socket.close(code, reason); return; }
-    const short = reason.slice(0, reason.indexOf(':') > 0 ? reason.indexOf(':') : 100);
-    void this.socket.send(JSON.stringify({ message: reason, error: short, code })).then(() => this.socket.close(code, short));
+    return this.end.end(how);
   }
 
   private arm(): void {
@@ -179,21 +185,14 @@ class StreamInput implements SessionHandler {
   }
 
   async closed(): Promise<void> {
-    this.ended = true;
-    this.disarm();
-    // A generation under way is billed first (it was produced); then the slot is freed (nothing is left held).
-    await this.generations?.idle();
+    // A generation under way finishes and is billed first (it was produced); then the slot is freed.
+    await this.stop({ code: NORMAL });
     this.audio?.close();
-    await this.session?.charge.release();
   }
 
   async shutdown(): Promise<void> {
-    this.ended = true;
-    this.disarm();
     // A generation under way finishes and is billed, then the client hears 1001 (going away).
-    await this.generations?.idle();
+    await this.stop({ code: GOING_AWAY, reason: 'the gateway is shutting down' });
     this.audio?.close();
-    this.socket.close(GOING_AWAY, 'the gateway is shutting down');
-    await this.session?.charge.release();
   }
 }
