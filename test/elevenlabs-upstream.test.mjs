@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { ElevenLabsClient, ElevenLabsError } from '@elevenlabs/elevenlabs-js';
 import pg from '../node_modules/pg/lib/index.js';
 import { startGateway, assertInvariants } from './helpers/gateway.mjs';
+import { connect } from './helpers/ws.mjs';
 import { startElevenLabs, audioOf, alignmentOf } from './helpers/elevenlabs-standin.mjs';
 
 const UPSTREAM_KEY = 'sk_upstream_operator_key_0123456789';
@@ -202,5 +203,43 @@ test('an ElevenLabs upstream\'s refusal bills nothing, and OpenAI-shaped routes 
   standin.voices.clear();
   await assert.rejects(client.textToSpeech.convert(voiceId, { text: 'hello' }), (e) => e instanceof ElevenLabsError && e.statusCode >= 400);
   assert.equal((await gw.cli('account', 'show', account)).balance, before, 'nothing was billed');
+  await assertInvariants(assert, gw, account);
+});
+
+test('stream-input is relayed socket to socket: frames as sent without the user\'s key, audio back as the upstream sent it, each spoken character billed once', async (t) => {
+  const { standin, gw, key, account, debits } = await setup(t);
+  const url = `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${GEORGE}/stream-input?model_id=eleven_flash_v2_5&output_format=pcm_16000&inactivity_timeout=30`;
+  const s = await connect(url);
+  const parts = ['Hello there. ', 'Second part.'];
+  s.send({ text: ' ', voice_settings: { stability: 0.5, similarity_boost: 0.8 }, generation_config: { chunk_length_schedule: [50] }, xi_api_key: key });
+  s.send({ text: parts[0], try_trigger_generation: true });
+  const first = await s.until((f) => typeof f.audio === 'string');
+  s.send({ text: parts[1], flush: true });
+  await s.until((f) => typeof f.audio === 'string' && f.alignment.chars.join('') === parts[1]);
+  s.send({ text: '' });
+  await s.until((f) => f.isFinal === true);
+  assert.equal((await s.closed).code, 1000);
+
+  // The client got the upstream's frames untouched.
+  assert.ok(Buffer.from(first.audio, 'base64').equals(audioOf(parts[0], 'pcm_16000').body));
+  assert.deepEqual(first.alignment.chars, [...parts[0]]);
+  assert.deepEqual(first.normalizedAlignment.charStartTimesMs, [...parts[0]].map((_, i) => i * 60));
+
+  // The stand-in got the operator's key at the upgrade, the model's upstream name, and the frames without the user's key.
+  const [seen] = standin.sockets;
+  assert.equal(seen.headers['xi-api-key'], UPSTREAM_KEY);
+  assert.equal(seen.query.model_id, 'eleven_flash_v2_5');
+  assert.equal(seen.query.output_format, 'pcm_16000');
+  assert.deepEqual(seen.frames, [
+    { text: ' ', voice_settings: { stability: 0.5, similarity_boost: 0.8 }, generation_config: { chunk_length_schedule: [50] } },
+    { text: parts[0], try_trigger_generation: true }, { text: parts[1], flush: true }, { text: '' },
+  ]);
+  assert.ok(!JSON.stringify(seen).includes(key), 'the user\'s key never reaches the upstream');
+
+  // One debit per stretch of audio, for the characters sent before it: together every spoken character once.
+  const rows = await debits(2);
+  assert.deepEqual(rows.map((r) => r.usage.characters), parts.map((p) => p.length));
+  assert.deepEqual(rows.map((r) => r.amount), parts.map((p) => charCost(p.length, 75)));
+  assert.ok(rows.every((r) => r.model === 'eleven_flash_v2_5' && r.reason === 'beta.tts.stream_input'));
   await assertInvariants(assert, gw, account);
 });

@@ -179,7 +179,8 @@ export async function startElevenLabs(t, apiKey) {
         const f = JSON.parse(data.toString('utf8'));
         seen.frames.push(f);
         if (f.text === '') { speak(buffered); buffered = ''; ws.send(JSON.stringify({ isFinal: true })); ws.close(1000); return; }
-        buffered += f.text ?? '';
+        // initializeConnection's text is a single space: it opens the stream and speaks nothing
+        if (seen.frames.length > 1) buffered += f.text ?? '';
         if (f.flush === true || f.try_trigger_generation === true) { speak(buffered); buffered = ''; }
       });
     });

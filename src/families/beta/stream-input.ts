@@ -8,6 +8,8 @@ import {
   voiceOfFrame, DEFAULT_SCHEDULE, type Generated, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 import type { GenerationStream } from './produce.js';
+import { isNative } from './native.js';
+import { NativeStream } from './native-stream-input.js';
 
 const REASON = 'beta.tts.stream_input';
 
@@ -38,6 +40,8 @@ class StreamInput implements SessionHandler {
   private readonly generations: Generations | null;
   /** The socket's audio: one stream across its generations (one Ogg Opus stream), made at the first. */
   private audio: GenerationStream | null = null;
+  /** The session relayed to an ElevenLabs upstream's own stream-input (native-stream-input.ts); null otherwise. */
+  private native: NativeStream | null = null;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
@@ -74,6 +78,7 @@ class StreamInput implements SessionHandler {
     }
     if (!this.started) return this.first(m);
     this.arm();
+    if (this.native) { await this.native.forward(m); return; }
     const text = m.text;
     if (text !== undefined && typeof text !== 'string') return this.error('`text` must be a string.');
     if (changesFirst(this.firstSettings, m)) {
@@ -97,12 +102,16 @@ class StreamInput implements SessionHandler {
       }
       checkFirstFrame(m);
       this.buffer = new TextBuffer(scheduleOf(m));
-      if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
+      if (this.session && isNative(this.s, this.session.target.model)) {
+        // ElevenLabs itself: socket to socket, the frames (voice_settings, generation_config, text) as the client sent them.
+        this.native = await NativeStream.open(this.s, this.socket, this.session, this.o, (code, reason) => { if (!this.socket.closed) this.refuse(code, reason); });
+      } else if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
     } catch (e) {
       if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);
       throw e;
     }
     this.started = true;
+    if (this.native) { await this.native.forward(m); return; }
     this.firstSettings = { voiceSettings: m.voice_settings ?? undefined, config: JSON.stringify(m.generation_config ?? null) };
     if (typeof m.text === 'string' && m.text.trim() !== '') {
       this.buffer.push(m.text);
@@ -181,6 +190,9 @@ class StreamInput implements SessionHandler {
   async closed(): Promise<void> {
     this.ended = true;
     this.disarm();
+    // Relayed: the upstream's socket closes; audio already on its way is billed only if delivered.
+    this.native?.end(NORMAL, '');
+    await this.native?.idle();
     // A generation under way is billed first (it was produced); then the slot is freed (nothing is left held).
     await this.generations?.idle();
     this.audio?.close();
@@ -190,6 +202,8 @@ class StreamInput implements SessionHandler {
   async shutdown(): Promise<void> {
     this.ended = true;
     this.disarm();
+    this.native?.end(GOING_AWAY, 'the gateway is shutting down');
+    await this.native?.idle();
     // A generation under way finishes and is billed, then the client hears 1001 (going away).
     await this.generations?.idle();
     this.audio?.close();
