@@ -1,6 +1,6 @@
 // ElevenLabs itself as an upstream (`protocol: elevenlabs`): the official Node client drives the beta family against a gateway whose
 // speech models live on a stand-in of ElevenLabs' API; bodies go on as sent (ids resolved), billing is Tollgate's own, the upstream key is the operator's.
-import { test } from 'node:test';
+import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { ElevenLabsClient, ElevenLabsError } from '@elevenlabs/elevenlabs-js';
 import pg from '../node_modules/pg/lib/index.js';
@@ -20,19 +20,33 @@ const MODELS = [
   { id: 'scribe', upstream: 'eleven', upstream_model: 'scribe_v1', aliases: ['scribe_v1'], kind: 'stt', audio_in_per_minute: '0.40' },
 ];
 
-async function setup(t) {
-  const standin = await startElevenLabs(t, UPSTREAM_KEY);
-  const gw = await startGateway(t, {
+// One stand-in and one gateway serve every test (a gateway start costs seconds on a busy machine); each test has its
+// own account and starts with the stand-in's record and voices cleared.
+let shared = null;
+const teardown = [];
+before(async () => {
+  const hooks = { after: (fn) => teardown.push(fn) };
+  const standin = await startElevenLabs(hooks, UPSTREAM_KEY);
+  const gw = await startGateway(hooks, {
     store: 'postgres',
     upstreams: { sim: { sim: {} }, eleven: { base_url: standin.url, protocol: 'elevenlabs', api_key_env: 'TEST_ELEVENLABS_KEY' } },
     models: MODELS, env: { TEST_ELEVENLABS_KEY: UPSTREAM_KEY },
   });
+  const db = new pg.Client({ connectionString: gw.db.url });
+  db.on('error', () => undefined); // the database is dropped with FORCE at the end
+  await db.connect();
+  teardown.push(() => db.end().catch(() => undefined));
+  shared = { standin, gw, db };
+});
+after(async () => { for (const fn of teardown.reverse()) await fn(); });
+
+async function setup() {
+  const { standin, gw, db } = shared;
+  standin.requests.length = 0;
+  standin.sockets.length = 0;
+  standin.voices.clear();
   const acct = await gw.account('5');
   const client = new ElevenLabsClient({ apiKey: acct.key, baseUrl: `${gw.url}/beta`, maxRetries: 0, timeoutInSeconds: 30 });
-  const db = new pg.Client({ connectionString: gw.db.url });
-  db.on('error', () => undefined); // the database is dropped with FORCE after the test
-  await db.connect();
-  t.after(() => db.end().catch(() => undefined));
   /** The account's debits, oldest first, once `n` of them are durable. */
   const debits = async (n) => {
     for (let i = 0; i < 200; i++) {
@@ -73,8 +87,8 @@ function wav(ms) {
   return wavOf(data, 16000);
 }
 
-test('text to speech on every route goes to ElevenLabs as sent, with the upstream key, and is billed by Tollgate\'s character count', async (t) => {
-  const { standin, gw, client, key, account, debits } = await setup(t);
+test('text to speech on every route goes to ElevenLabs as sent, with the upstream key, and is billed by Tollgate\'s character count', async () => {
+  const { standin, gw, client, key, account, debits } = await setup();
   const text = 'Hello from the upstream.';
   const body = { text, modelId: 'eleven_flash_v2_5', outputFormat: 'mp3_44100_128', voiceSettings: { stability: 0.4, similarityBoost: 0.7 }, seed: 7 };
 
@@ -122,8 +136,8 @@ test('text to speech on every route goes to ElevenLabs as sent, with the upstrea
   await assertInvariants(assert, gw, account);
 });
 
-test('a cloned voice is cloned on ElevenLabs, synthesizes by the id it gave, and deleting it deletes it there', async (t) => {
-  const { standin, gw, client, account, debits } = await setup(t);
+test('a cloned voice is cloned on ElevenLabs, synthesizes by the id it gave, and deleting it deletes it there', async () => {
+  const { standin, gw, client, account, debits } = await setup();
   const { voiceId } = await client.voices.ivc.create({ name: 'Narrator', files: [new File([wav(500)], 'a.wav', { type: 'audio/wav' })] });
   assert.equal(standin.voices.size, 1, 'one voice cloned at the upstream');
   const [upstreamId, upstreamVoice] = [...standin.voices.entries()][0];
@@ -154,8 +168,8 @@ test('a cloned voice is cloned on ElevenLabs, synthesizes by the id it gave, and
   await assertInvariants(assert, gw, account);
 });
 
-test('speech to speech and speech to text go to ElevenLabs as sent and are billed by the seconds Tollgate measured', async (t) => {
-  const { standin, gw, client, account, debits } = await setup(t);
+test('speech to speech and speech to text go to ElevenLabs as sent and are billed by the seconds Tollgate measured', async () => {
+  const { standin, gw, client, account, debits } = await setup();
   const out = await bytes(await client.speechToSpeech.convert(GEORGE, {
     audio: new File([wav(1000)], 'in.wav', { type: 'audio/wav' }), modelId: 'eleven_multilingual_sts_v2', outputFormat: 'pcm_16000', removeBackgroundNoise: true,
   }));
@@ -188,9 +202,19 @@ test('speech to speech and speech to text go to ElevenLabs as sent and are bille
   await assertInvariants(assert, gw, account);
 });
 
-test('an ElevenLabs upstream\'s refusal bills nothing, and OpenAI-shaped routes never reach it', async (t) => {
-  const { standin, gw, client, key, account } = await setup(t);
+test('an ElevenLabs upstream\'s refusal bills nothing, a reply cut after audio bills the text (partial), a JSON reply cut bills nothing; OpenAI-shaped routes never reach it', async () => {
+  const { standin, gw, client, key, account, debits } = await setup();
+  // A stream cut by the upstream after audio reached the client: the client sees it break, the text is billed (partial).
+  const cut = 'This reply breaks off [cut] midway.';
+  await assert.rejects(bytes(await client.textToSpeech.stream(GEORGE, { text: cut, modelId: 'eleven_flash_v2_5', outputFormat: 'pcm_16000' })));
+  const [row] = await debits(1);
+  assert.equal(row.usage.characters, cut.length);
+  assert.equal(row.usage.basis, 'partial');
+  assert.equal(row.amount, charCost(cut.length, 75));
   const before = (await gw.cli('account', 'show', account)).balance;
+  // A with-timestamps JSON cut short cannot be read: nothing is billed for it.
+  await assert.rejects(client.textToSpeech.convertWithTimestamps(GEORGE, { text: cut, modelId: 'eleven_flash_v2_5' }), (e) => e instanceof ElevenLabsError && e.statusCode === 502);
+  standin.requests.length = 0;
   // The OpenAI-shaped speech route cannot send its contract to ElevenLabs' API.
   const res = await gw.fetch('/v1/audio/speech', { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'eleven_multilingual_v2', input: 'hi', voice: 'alloy' }) });
@@ -206,8 +230,8 @@ test('an ElevenLabs upstream\'s refusal bills nothing, and OpenAI-shaped routes 
   await assertInvariants(assert, gw, account);
 });
 
-test('stream-input is relayed socket to socket: frames as sent without the user\'s key, audio back as the upstream sent it, each spoken character billed once', async (t) => {
-  const { standin, gw, key, account, debits } = await setup(t);
+test('stream-input is relayed socket to socket: frames as sent without the user\'s key, audio back as the upstream sent it, each spoken character billed once', async () => {
+  const { standin, gw, key, account, debits } = await setup();
   const url = `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${GEORGE}/stream-input?model_id=eleven_flash_v2_5&output_format=pcm_16000&inactivity_timeout=30`;
   const s = await connect(url);
   const parts = ['Hello there. ', 'Second part.'];

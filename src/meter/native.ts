@@ -6,9 +6,9 @@ import { usage, type Usage } from '../exchange/usage.js';
 import type { WholeUnits } from './synthesis.js';
 
 /**
- * The response headers ElevenLabs sends about a request's cost and identity (`character-cost` is in its
- * OpenAPI spec; `x-character-count`, `request-id` and `history-item-id` in its API reference): kept in
- * the ledger entry's usage as `upstream_headers`, never used to price.
+ * ElevenLabs' headers about a request's cost and identity (`character-cost` is declared in its OpenAPI
+ * spec; `x-character-count`, `request-id` and `history-item-id` are the names issue 27 gives, not in the
+ * stored spec): whichever arrive are kept in the ledger entry's usage as `upstream_headers`, never used to price.
  */
 export const RECONCILE_HEADERS = ['x-character-count', 'character-cost', 'request-id', 'history-item-id'] as const;
 

@@ -88,6 +88,8 @@ export async function startElevenLabs(t, apiKey) {
       const a = audioOf(body.text, url.searchParams.get('output_format') ?? 'mp3_44100_128');
       if (!m[3]) {
         res.writeHead(200, { 'content-type': a.type, ...head(body.text) });
+        // A test control: text with "[cut]" in it breaks off after its first quarter (the connection reset).
+        if (body.text.includes('[cut]')) { res.write(a.body.subarray(0, a.body.length >> 2)); setTimeout(() => res.socket.destroy(), 50); return; }
         // streamed in a few reads, as the real one streams
         const step = Math.ceil(a.body.length / 4);
         for (let i = 0; i < a.body.length; i += step) res.write(a.body.subarray(i, i + step));
@@ -96,6 +98,7 @@ export async function startElevenLabs(t, apiKey) {
       const align = alignmentOf(body.text);
       if (!m[2]) {
         res.writeHead(200, { 'content-type': 'application/json', ...head(body.text) });
+        if (body.text.includes('[cut]')) { res.write('{"audio_base64": "'); setTimeout(() => res.socket.destroy(), 50); return; }
         return res.end(JSON.stringify({ audio_base64: a.body.toString('base64'), alignment: align, normalized_alignment: align }));
       }
       // stream/with-timestamps: one JSON object a line, each with its audio and the alignment of its characters
