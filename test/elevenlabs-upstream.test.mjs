@@ -226,6 +226,12 @@ test('an ElevenLabs upstream\'s refusal bills nothing, a reply cut after audio b
   const { voiceId } = await client.voices.ivc.create({ name: 'Gone', files: [new File([wav(300)], 'a.wav', { type: 'audio/wav' })] });
   standin.voices.clear();
   await assert.rejects(client.textToSpeech.convert(voiceId, { text: 'hello' }), (e) => e instanceof ElevenLabsError && e.statusCode >= 400);
+  // The operator's key no longer taken by ElevenLabs: the host's fault, a 502 that bills nothing (and does not echo the upstream's body).
+  standin.apiKey = 'sk_rotated';
+  try {
+    await assert.rejects(client.textToSpeech.convert(GEORGE, { text: 'hello' }), (e) => e instanceof ElevenLabsError && e.statusCode === 502
+      && e.body.detail.status === 'upstream_error' && !JSON.stringify(e.body).includes('Invalid API key'));
+  } finally { standin.apiKey = UPSTREAM_KEY; }
   assert.equal((await gw.cli('account', 'show', account)).balance, before, 'nothing was billed');
   await assertInvariants(assert, gw, account);
 });
@@ -266,4 +272,28 @@ test('stream-input is relayed socket to socket: frames as sent without the user\
   assert.deepEqual(rows.map((r) => r.amount), parts.map((p) => charCost(p.length, 75)));
   assert.ok(rows.every((r) => r.model === 'eleven_flash_v2_5' && r.reason === 'beta.tts.stream_input'));
   await assertInvariants(assert, gw, account);
+});
+
+test('the config takes protocol elevenlabs only with a base_url and only for speech models; the default protocol is openai', async () => {
+  const { loadConfigFile } = await import('../dist/config.js');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-config-'));
+  const load = (upstream, model) => {
+    const path = join(dir, 'c.json');
+    writeFileSync(path, JSON.stringify({ upstreams: { up: upstream }, models: [model], payments: { provider: 'sandbox', allow_sandbox: true } }));
+    return loadConfigFile(path, { KEY: 'k' });
+  };
+  const tts = { id: 't', upstream: 'up', kind: 'tts', per_mchar: '1' };
+  try {
+    assert.equal(load({ base_url: 'https://api.elevenlabs.io', protocol: 'elevenlabs', api_key_env: 'KEY' }, tts).upstreams.get('up').protocol, 'elevenlabs');
+    assert.equal(load({ base_url: 'http://127.0.0.1:1' }, tts).upstreams.get('up').protocol, 'openai');
+    assert.throws(() => load({ sim: {}, protocol: 'elevenlabs' }, tts), /\/upstreams\/up\/protocol: an elevenlabs upstream needs base_url/);
+    assert.throws(() => load({ base_url: 'https://api.elevenlabs.io', protocol: 'elevenlabs' }, { id: 'c', upstream: 'up', kind: 'chat', input_per_mtok: '1', output_per_mtok: '1' }),
+      /\/models\/0\/kind: an elevenlabs upstream serves only tts, stt and sts models/);
+    assert.throws(() => load({ base_url: 'https://api.elevenlabs.io', protocol: 'grpc' }, tts), /\/upstreams\/up\/protocol/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -67,7 +67,7 @@ const PREMADE = new Set(['21m00Tcm4TlvDq8ikWAM', 'JBFqnCBsd6RMkjVDRZzb', 'EXAVIT
 
 /**
  * Starts the stand-in on port 0. `apiKey`: the only key it takes (401 otherwise, as ElevenLabs answers a
- * bad key). Returns { url, requests (method, path, query, headers, json | form), voices, sockets, close() }.
+ * bad key). Returns { url, requests (method, path, query, headers, json | form), voices, sockets, apiKey, close() }.
  */
 export async function startElevenLabs(t, apiKey) {
   const requests = [];
@@ -77,7 +77,7 @@ export async function startElevenLabs(t, apiKey) {
     const url = new URL(req.url, 'http://x');
     const seen = { method: req.method, path: url.pathname, query: Object.fromEntries(url.searchParams), headers: req.headers };
     requests.push(seen);
-    if (req.headers['xi-api-key'] !== apiKey) { req.resume(); return detail(res, 401, 'invalid_api_key', 'Invalid API key'); }
+    if (req.headers['xi-api-key'] !== standin.apiKey) { req.resume(); return detail(res, 401, 'invalid_api_key', 'Invalid API key'); }
     const known = (v) => PREMADE.has(v) || voices.has(v);
     const head = (text) => ({ 'request-id': randomBytes(10).toString('hex'), 'history-item-id': randomBytes(10).toString('hex'), 'x-character-count': String([...text].length) });
     let m;
@@ -164,7 +164,7 @@ export async function startElevenLabs(t, apiKey) {
     const m = /^\/v1\/text-to-speech\/([^/]+)\/stream-input$/.exec(url.pathname);
     const seen = { path: url.pathname, query: Object.fromEntries(url.searchParams), headers: req.headers, frames: [] };
     requests.push({ method: 'WS', ...seen });
-    if (!m || req.headers['xi-api-key'] !== apiKey) { socket.end('HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n'); return; }
+    if (!m || req.headers['xi-api-key'] !== standin.apiKey) { socket.end('HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n'); return; }
     wss.handleUpgrade(req, socket, headBytes, (ws) => {
       sockets.push(seen);
       const format = url.searchParams.get('output_format') ?? 'mp3_44100_128';
@@ -191,6 +191,8 @@ export async function startElevenLabs(t, apiKey) {
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   const standin = {
     url: `http://127.0.0.1:${server.address().port}`, requests, voices, sockets,
+    /** The key it takes (a test may change it: the operator's key revoked at ElevenLabs). */
+    apiKey,
     async close() { for (const c of wss.clients) c.terminate(); server.closeAllConnections(); await new Promise((r) => server.close(r)); },
   };
   t.after(() => standin.close());
