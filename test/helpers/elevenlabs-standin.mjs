@@ -2,6 +2,7 @@
 // (/work/shared/specs) and the official clients' types: real audio, its headers and JSON shapes, the stream-input socket.
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import busboy from 'busboy';
 import { WebSocketServer } from 'ws';
 import { synth, extractText } from '../../dist/sim/speech.js';
@@ -69,7 +70,7 @@ const PREMADE = new Set(['21m00Tcm4TlvDq8ikWAM', 'JBFqnCBsd6RMkjVDRZzb', 'EXAVIT
  * Starts the stand-in on port 0. `apiKey`: the only key it takes (401 otherwise, as ElevenLabs answers a
  * bad key). Returns { url, requests (method, path, query, headers, json | form), voices, sockets, apiKey, close() }.
  */
-export async function startElevenLabs(t, apiKey) {
+export async function startElevenLabs(t, apiKey, script = false) {
   const requests = [];
   const voices = new Map();
   const sockets = [];
@@ -77,6 +78,12 @@ export async function startElevenLabs(t, apiKey) {
     const url = new URL(req.url, 'http://x');
     const seen = { method: req.method, path: url.pathname, query: Object.fromEntries(url.searchParams), headers: req.headers };
     requests.push(seen);
+    // Run as a script (for the Python suite), its record is read here: a test control, not ElevenLabs' API.
+    if (req.method === 'GET' && url.pathname === '/_standin/requests' && script) {
+      requests.pop();
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return res.end(JSON.stringify(requests.map((r) => ({ ...r, form: r.form && { fields: r.form.fields, files: r.form.files.map((f) => f.name) } }))));
+    }
     if (req.headers['xi-api-key'] !== standin.apiKey) { req.resume(); return detail(res, 401, 'invalid_api_key', 'Invalid API key'); }
     const known = (v) => PREMADE.has(v) || voices.has(v);
     const head = (text) => ({ 'request-id': randomBytes(10).toString('hex'), 'history-item-id': randomBytes(10).toString('hex'), 'x-character-count': String([...text].length) });
@@ -197,4 +204,10 @@ export async function startElevenLabs(t, apiKey) {
   };
   t.after(() => standin.close());
   return standin;
+}
+
+// `node test/helpers/elevenlabs-standin.mjs KEY` (the Python suite): prints {"url"} and serves until killed.
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const s = await startElevenLabs({ after() {} }, process.argv[2], true);
+  console.log(JSON.stringify({ url: s.url }));
 }
