@@ -274,6 +274,26 @@ test('stream-input is relayed socket to socket: frames as sent without the user\
   await assertInvariants(assert, gw, account);
 });
 
+test('a relayed stream-input socket the client drops is billed for the text spoken before it, not for text never spoken, and holds nothing after', async () => {
+  const { standin, gw, key, account, debits } = await setup();
+  const url = `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${GEORGE}/stream-input?model_id=eleven_flash_v2_5&output_format=pcm_16000`;
+  const s = await connect(url, { headers: { 'xi-api-key': key } });
+  s.send({ text: ' ' });
+  s.send({ text: 'Spoken words. ', flush: true });
+  await s.until((f) => typeof f.audio === 'string');
+  s.send({ text: 'never spoken because the client leaves' });
+  // the frame reached the upstream (held, not yet spoken), then the client goes
+  for (let i = 0; i < 100 && standin.sockets[0]?.frames.length < 3; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.equal(standin.sockets[0].frames.length, 3);
+  s.ws.terminate();
+  const rows = await debits(1);
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal((await debits(1)).length, 1, 'one debit: the spoken text only');
+  assert.equal(rows[0].usage.characters, 'Spoken words. '.length);
+  assert.equal(rows[0].amount, charCost('Spoken words. '.length, 75));
+  await assertInvariants(assert, gw, account);
+});
+
 test('the config takes protocol elevenlabs only with a base_url and only for speech models; the default protocol is openai', async () => {
   const { loadConfigFile } = await import('../dist/config.js');
   const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');

@@ -67,12 +67,12 @@ export async function nativeExchange(s: Services, ctx: Ctx, c: NativeCall): Prom
 
 /** Fields of ElevenLabs' speech to text that leave Tollgate nothing to measure or nothing to relay: refused by name. */
 export function refuseDetached(form: Multipart): void {
-  for (const name of ['cloud_storage_url', 'webhook'] as const) {
+  for (const name of ['cloud_storage_url', 'source_url', 'webhook'] as const) {
     const v = form.field(name);
     if (v === undefined || v === '' || v === 'false' || v === 'null') continue;
     const msg = name === 'webhook'
       ? 'webhook is not supported: the transcript is answered on this request, where it is metered.'
-      : 'cloud_storage_url is not supported: send the audio as file, so its length can be measured.';
+      : `${name} is not supported: send the audio as file, so its length can be measured.`;
     throw new GatewayError({ status: 422, code: 'unsupported_parameter', param: name, message: msg,
       detail: [{ loc: ['body', name], msg, type: 'unsupported_parameter' }] });
   }
