@@ -294,6 +294,24 @@ test('a relayed stream-input socket the client drops is billed for the text spok
   await assertInvariants(assert, gw, account);
 });
 
+test('a relayed stream-input session whose balance runs out is closed 1008 before the text goes on, billed what was spoken', async () => {
+  const { standin, gw } = await setup();
+  const { key, account } = await gw.account('0.001'); // 1,000,000 nanodollars: 13 characters at $75 per million
+  const url = `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${GEORGE}/stream-input?model_id=eleven_flash_v2_5&output_format=pcm_16000`;
+  const s = await connect(url, { headers: { 'xi-api-key': key } });
+  s.send({ text: ' ' });
+  s.send({ text: 'Ten chars.', flush: true });
+  await s.until((f) => typeof f.audio === 'string');
+  s.send({ text: 'This is more than the balance covers.', flush: true });
+  const closed = await s.closed;
+  assert.equal(closed.code, 1008);
+  assert.match(closed.reason + JSON.stringify(s.frames), /insufficient_balance/);
+  assert.equal(standin.sockets.at(-1).frames.length, 2, 'the text it could not pay for never reached the upstream');
+  const show = await gw.cli('account', 'show', account);
+  assert.equal(show.balance, 0.00025, 'billed the ten characters spoken: 750,000 nanodollars');
+  await assertInvariants(assert, gw, account);
+});
+
 test('the config takes protocol elevenlabs only with a base_url and only for speech models; the default protocol is openai', async () => {
   const { loadConfigFile } = await import('../dist/config.js');
   const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
