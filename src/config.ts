@@ -33,6 +33,8 @@ const Upstream = Type.Object({
     transcription: Type.Optional(SimTranscription),
   }, { additionalProperties: false })),
   api_key_env: Type.Optional(EnvName),
+  protocol: Type.Union([Type.Literal('openai'), Type.Literal('elevenlabs')], { default: 'openai',
+    description: 'what it speaks: openai (the OpenAI-compatible contracts, key sent as Authorization: Bearer) or elevenlabs (ElevenLabs\' own API: the beta family is sent on natively, key sent as xi-api-key; docs/upstreams.md)' }),
   timeout_ms: Type.Integer({ minimum: 100, default: 120_000 }),
   responses_api: Type.Boolean({ default: false, description: 'the upstream serves /v1/responses itself (passed through, not translated)' }),
   continuous_usage_stats: Type.Boolean({ default: false, description: 'the upstream reports running usage on every streamed chunk (vLLM)' }),
@@ -186,6 +188,8 @@ export interface UpstreamConfig {
   baseUrl: string | undefined;
   sim: { tokenDelayMs: number; transcription?: SimTranscriptionOptions } | undefined;
   apiKeyEnv: string | undefined;
+  /** `elevenlabs`: ElevenLabs' own API (the beta family's requests go on natively, the key as xi-api-key); `openai`: the OpenAI-compatible contracts. */
+  protocol: 'openai' | 'elevenlabs';
   timeoutMs: number;
   continuousUsage: boolean;
   /** A whole reply's usage counts one task (llama.cpp): a buffered request with several is asked as a stream. */
@@ -319,10 +323,11 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
   const upstreams = new Map<string, UpstreamConfig>();
   for (const [name, u] of Object.entries(c.upstreams)) {
     if (!u.base_url === !u.sim) fail(`/upstreams/${name}`, 'set exactly one of base_url or sim');
+    if (u.protocol === 'elevenlabs' && !u.base_url) fail(`/upstreams/${name}/protocol`, 'an elevenlabs upstream needs base_url (https://api.elevenlabs.io)');
     if (u.api_key_env && env[u.api_key_env] === undefined) fail(`/upstreams/${name}/api_key_env`, `environment variable ${u.api_key_env} is not set`);
     upstreams.set(name, {
       name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0, transcription: simTranscription(u.sim.transcription) } : undefined,
-      apiKeyEnv: u.api_key_env, timeoutMs: u.timeout_ms,
+      apiKeyEnv: u.api_key_env, protocol: u.protocol, timeoutMs: u.timeout_ms,
       continuousUsage: u.continuous_usage_stats || Boolean(u.sim), promptProgress: u.prompt_progress, usagePerTask: u.usage_per_task, responsesApi: u.responses_api, realtimeApi: u.realtime_api,
       // An in-process sim takes its test controls (x-sim-*) unless told otherwise.
       forwardHeaders: headerRules(u.forward_headers ?? (u.sim ? ['x-sim-*'] : [])),
@@ -345,6 +350,8 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
       // Voice conversion takes the family's voice_settings and nothing else of the list.
       if (m.speech_params.some((p) => p !== 'voice_settings')) fail(`/models/${i}/speech_params`, 'a sts model takes only voice_settings');
     } else if (m.speech_params.length > 0 && m.kind !== 'tts') fail(`/models/${i}/speech_params`, 'only a tts or sts model takes speech parameters');
+    // ElevenLabs' own API serves the beta family's speech routes natively, and nothing else.
+    if (upstreams.get(pool[0]!.name)!.protocol === 'elevenlabs' && !['tts', 'stt', 'sts'].includes(m.kind)) fail(`/models/${i}/kind`, 'an elevenlabs upstream serves only tts, stt and sts models');
     const passthrough = m.kind === 'realtime' && upstreams.get(pool[0]!.name)!.realtimeApi;
     for (const f of ['audio_input_per_mtok', 'audio_output_per_mtok', 'cached_input_per_mtok'] as const) {
       if (m[f] !== undefined && !passthrough) fail(`/models/${i}/${f}`, 'only a realtime model on a realtime_api upstream is billed audio or cached tokens');
@@ -358,7 +365,9 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
   });
   const realtimeModel = (field: 'transcription_model' | 'speech_model', kind: 'stt' | 'tts'): string | undefined => {
     const name = c.realtime[field];
-    if (name === undefined) return (models.find((m) => m.kind === kind && !m.voiceCloning) ?? models.find((m) => m.kind === kind))?.id;
+    // A realtime session speaks to its models through the OpenAI-compatible contracts: an elevenlabs upstream's models are not its default.
+    const contract = models.filter((m) => upstreams.get(m.upstream)!.protocol === 'openai');
+    if (name === undefined) return (contract.find((m) => m.kind === kind && !m.voiceCloning) ?? contract.find((m) => m.kind === kind))?.id;
     const m = models.find((x) => x.id === name || x.aliases.includes(name));
     if (!m || m.kind !== kind) fail(`/realtime/${field}`, `no ${kind} model named "${name}"`);
     return m!.id;
@@ -463,7 +472,7 @@ function poolOf(m: RawConfig['models'][number], i: number, upstreams: ReadonlyMa
   for (const [j, e] of pool.entries()) {
     const u = upstreams.get(e.name)!;
     for (const [f, field] of [['responsesApi', 'responses_api'], ['realtimeApi', 'realtime_api'], ['usagePerTask', 'usage_per_task'],
-      ['promptProgress', 'prompt_progress'], ['continuousUsage', 'continuous_usage_stats (a sim upstream has it)']] as const) {
+      ['promptProgress', 'prompt_progress'], ['continuousUsage', 'continuous_usage_stats (a sim upstream has it)'], ['protocol', 'protocol']] as const) {
       if (u[f] !== first[f]) fail(where(j), `upstream "${e.name}" differs from "${first.name}" in ${field}: a pool's upstreams must speak alike`);
     }
   }

@@ -25,4 +25,6 @@ export interface Meter {
   readonly produced: boolean;
   /** What was consumed: exact once the reply is whole, partial before. */
   usage(): Usage;
+  /** What the ledger entry keeps besides the usage (an upstream's own accounting headers, for reconciliation). */
+  meta?(): Record<string, unknown>;
 }

@@ -84,8 +84,14 @@ async function buffered(r: Relay, res: ReplyBody, started: bigint, contentType: 
   await read(res, r.meter);
   r.down.upstreamNs = process.hrtime.bigint() - started;
   const body = r.meter.onEnd(true);
-  await r.charge.settle(r.meter.usage(), { extra: r.down.aborted ? { client_dropped: true } : {} });
+  await r.charge.settle(r.meter.usage(), { extra: extra(r) });
   r.down.send(200, body, headers, contentType);
+}
+
+/** What the ledger entry keeps besides the usage: the meter's own record, and whether the client left. */
+function extra(r: Relay): Record<string, unknown> {
+  const own = r.meter.meta?.() ?? {};
+  return r.down.aborted ? { ...own, client_dropped: true } : own;
 }
 
 /** Feeds a whole reply to the meter (bounded); a reply cut short is malformed. */
@@ -112,7 +118,7 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
   const settle = async (): Promise<boolean> => {
     settled = true;
     try {
-      await charge.settle(meter.usage(), { extra: down.aborted ? { client_dropped: true } : {} });
+      await charge.settle(meter.usage(), { extra: extra(r) });
       return true;
     } catch (e) {
       log('error', 'settle failed', { request_id: r.requestId, error: String((e as Error)?.message ?? e) });

@@ -105,6 +105,8 @@ export class Upstreams {
   /** Sends `body` to `path` on the upstream; the response is handed back unread (selfHandleResponse). */
   call(name: string, method: string, path: string, clientHeaders: Record<string, string>, body: Buffer | StreamedBody, requestId: string, timeoutMs?: number): UpstreamCall {
     const cfg = this.config(name);
+    // ElevenLabs' own API has none of the OpenAI-compatible contracts: an OpenAI-shaped route never reaches it.
+    if (cfg.protocol === 'elevenlabs' && !ELEVENLABS_PATH.test(path)) throw notOnElevenLabs(name);
     const headers: http.OutgoingHttpHeaders = {};
     for (const k of FORWARDED) { const v = clientHeaders[k]; if (v !== undefined) headers[k] = v; }
     const extra = cfg.forwardHeaders;
@@ -114,7 +116,12 @@ export class Upstreams {
     headers['content-length'] = String(body.length);
     const source = Buffer.isBuffer(body) ? new BodySource(body) : body.stream;
     headers['x-request-id'] = requestId;
-    if (cfg.apiKeyEnv) headers.authorization = `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}`;
+    // ElevenLabs takes its key in xi-api-key (its OpenAPI spec, every operation); the OpenAI-compatible contracts as a bearer token.
+    if (cfg.apiKeyEnv) {
+      const secret = process.env[cfg.apiKeyEnv] ?? '';
+      if (cfg.protocol === 'elevenlabs') headers['xi-api-key'] = secret;
+      else headers.authorization = `Bearer ${secret}`;
+    }
     const req = new AdaptedRequest(method, path, headers);
     const res = new AdaptedResponse();
     let timedOut = false;
@@ -180,6 +187,14 @@ export class Upstreams {
     for (const a of this.agents.values()) a.destroy();
     this.proxy.close();
   }
+}
+
+/** The paths of ElevenLabs' API that Tollgate calls (the beta family's speech and voices). */
+const ELEVENLABS_PATH = /^\/v1\/(text-to-speech|speech-to-speech|speech-to-text|voices)(\/|\?|$)/;
+
+function notOnElevenLabs(name: string): GatewayError {
+  return new GatewayError({ status: 400, code: 'not_offered',
+    message: `This model is served by ElevenLabs' own API (upstream ${name}): only the ElevenLabs-shaped routes under /beta reach it. Nothing was billed.` });
 }
 
 export function upstreamTimeout(ms: number): GatewayError {

@@ -21,10 +21,13 @@ export interface CloneRequest {
  * An error reply is read by `upstreamError` (the family's reading of an upstream error).
  */
 export async function cloneVoice(ups: Upstreams, r: CloneRequest, upstreamError: (res: import('node:http').IncomingMessage) => Promise<GatewayError>): Promise<string> {
-  const parts: ({ name: string; value: string } | StreamedPart)[] = [{ name: 'name', value: r.name }, { name: 'model', value: r.model }];
+  // ElevenLabs itself: `POST /v1/voices/add` (multipart `name`, repeated `files`) answers `{"voice_id", "requires_verification"}`.
+  const native = ups.config(r.upstream).protocol === 'elevenlabs';
+  const parts: ({ name: string; value: string } | StreamedPart)[] = [{ name: 'name', value: r.name }];
+  if (!native) parts.push({ name: 'model', value: r.model });
   for (const s of r.samples) parts.push({ name: 'files', filename: s.fileName || 'sample', contentType: s.mimeType || 'application/octet-stream', size: s.size, read: s.read });
   const form = streamForm(parts);
-  const call = ups.call(r.upstream, 'POST', '/v1/audio/voices', { ...r.clientHeaders, 'content-type': form.contentType, accept: 'application/json' }, form, r.requestId);
+  const call = ups.call(r.upstream, 'POST', native ? '/v1/voices/add' : '/v1/audio/voices', { ...r.clientHeaders, 'content-type': form.contentType, accept: 'application/json' }, form, r.requestId);
   const res = await call.response;
   if ((res.statusCode ?? 500) >= 300) throw await upstreamError(res);
   let id: unknown;
@@ -33,10 +36,11 @@ export async function cloneVoice(ups: Upstreams, r: CloneRequest, upstreamError:
   return id;
 }
 
-/** `DELETE /v1/audio/voices/{id}`: best effort (a 404 means it is gone already); the stored voice is gone either way. */
+/** `DELETE /v1/audio/voices/{id}` (ElevenLabs: `DELETE /v1/voices/{id}`): best effort (a 404 means it is gone already); the stored voice is gone either way. */
 export async function removeUpstreamVoice(ups: Upstreams, upstream: string, voiceId: string, requestId: string): Promise<void> {
   try {
-    const call = ups.call(upstream, 'DELETE', `/v1/audio/voices/${encodeURIComponent(voiceId)}`, { accept: 'application/json' }, Buffer.alloc(0), requestId);
+    const path = ups.config(upstream).protocol === 'elevenlabs' ? `/v1/voices/${encodeURIComponent(voiceId)}` : `/v1/audio/voices/${encodeURIComponent(voiceId)}`;
+    const call = ups.call(upstream, 'DELETE', path, { accept: 'application/json' }, Buffer.alloc(0), requestId);
     const res = await call.response;
     res.resume();
   } catch { /* the upstream keeps an orphan voice; nothing of the tenant's is served from it again */ }

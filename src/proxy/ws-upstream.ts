@@ -1,4 +1,4 @@
-// The WebSocket upstream client: opens an upstream's realtime socket (ws:// or wss:// from its base_url, its key as a bearer), failures as GatewayErrors.
+// The WebSocket upstream client: opens an upstream's socket (ws:// or wss:// from its base_url, its key as a bearer, or as xi-api-key for ElevenLabs), failures as GatewayErrors.
 import type { IncomingMessage } from 'node:http';
 import WebSocket from 'ws';
 import type { GatewayError } from '../errors.js';
@@ -36,7 +36,12 @@ export function openUpstreamSocket(ups: Upstreams, name: string, o: WsOpen): Pro
   for (const k of FORWARDED) { const v = o.clientHeaders[k]; if (v !== undefined) headers[k] = v; }
   const extra = cfg.forwardHeaders;
   for (const k in o.clientHeaders) if (extra.names.includes(k) || extra.prefixes.some((p) => k.startsWith(p))) headers[k] = o.clientHeaders[k]!;
-  if (cfg.apiKeyEnv) headers.authorization = `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}`;
+  if (cfg.apiKeyEnv) {
+    const secret = process.env[cfg.apiKeyEnv] ?? '';
+    // ElevenLabs' stream-input takes its key as the xi-api-key header at the upgrade (its AsyncAPI spec).
+    if (cfg.protocol === 'elevenlabs') headers['xi-api-key'] = secret;
+    else headers.authorization = `Bearer ${secret}`;
+  }
   const url = `${wsBase(ups.baseUrl(name))}${o.path}`;
   return new Promise<WebSocket>((resolve, reject) => {
     let settled = false;

@@ -14,6 +14,7 @@ import { production, type Production } from './produce.js';
 import { Pace } from './spoken.js';
 import { queryParams, voiceSettingsParams } from './speech-params.js';
 import { speechTarget, type SpeechTarget } from './speech-target.js';
+import { isNative } from './native.js';
 
 /** ElevenLabs' defaults: 20 s without text closes the socket (or, multi-context, the context); at most 180. */
 const INACTIVITY_DEFAULT_S = 20;
@@ -80,8 +81,9 @@ export interface SpeechSession {
  */
 export async function openSpeechSession(s: Services, key: KeyRecord, sessionId: string, o: StreamOptions, reason: string): Promise<SpeechSession> {
   const target = await speechTarget(s, key.accountId, o.voiceId, o.modelId, betaPreset);
-  // Refused before the session is admitted: a query parameter the model cannot honour, a format its upstream's audio cannot make.
-  const extra = queryParams(s.models.models, target.model, o.query);
+  // Refused before the session is admitted: a query parameter the model cannot honour, a format its upstream's audio cannot make
+  // (an ElevenLabs upstream takes the query as it came: native-stream-input.ts).
+  const extra = isNative(s, target.model) ? {} : queryParams(s.models.models, target.model, o.query);
   if (!o.format) throw new Error('openSpeechSession: no output format (the caller refuses the session first)');
   const plan = production(o.format, s.upstreams.config(target.model.upstream).speech);
   const charge = await Charge.open(s, { key, id: sessionId, model: target.model, reason,

@@ -10,6 +10,8 @@ import {
 } from './speech-stream.js';
 import { Generations, type FrameOut, type Generated } from './generation.js';
 import type { GenerationStream } from './produce.js';
+import { isNative } from './native.js';
+import { NativeStream } from './native-stream-input.js';
 
 const REASON = 'beta.tts.stream_input';
 
@@ -46,6 +48,8 @@ class StreamInput implements SessionHandler {
     frame: (audio, alignment) => JSON.stringify({ audio: audio.toString('base64'), isFinal: null, normalizedAlignment: alignment, alignment }),
     send: (frame) => this.socket.send(frame),
   };
+  /** The session relayed to an ElevenLabs upstream's own stream-input (native-stream-input.ts); null otherwise. */
+  private native: NativeStream | null = null;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
@@ -80,6 +84,7 @@ class StreamInput implements SessionHandler {
     }
     if (!this.started) return this.first(m);
     this.arm();
+    if (this.native) { await this.native.forward(m); return; }
     const text = m.text;
     if (text !== undefined && typeof text !== 'string') return this.error('`text` must be a string.');
     if (changesFirst(this.firstSettings, m)) {
@@ -103,12 +108,16 @@ class StreamInput implements SessionHandler {
       }
       checkFirstFrame(m);
       this.buffer = new TextBuffer(scheduleOf(m));
-      if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
+      if (this.session && isNative(this.s, this.session.target.model)) {
+        // ElevenLabs itself: socket to socket, the frames (voice_settings, generation_config, text) as the client sent them.
+        this.native = await NativeStream.open(this.s, this.socket, this.session, this.o, (code, reason) => { if (!this.socket.closed) this.refuse(code, reason); });
+      } else if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
     } catch (e) {
       if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);
       throw e;
     }
     this.started = true;
+    if (this.native) { await this.native.forward(m); return; }
     this.firstSettings = { voiceSettings: m.voice_settings ?? undefined, config: JSON.stringify(m.generation_config ?? null) };
     if (typeof m.text === 'string' && m.text.trim() !== '') {
       this.buffer.push(m.text);
@@ -185,12 +194,17 @@ class StreamInput implements SessionHandler {
   }
 
   async closed(): Promise<void> {
+    // Relayed: the upstream's socket closes; audio already on its way is billed only if delivered.
+    this.native?.end(NORMAL, '');
+    await this.native?.idle();
     // A generation under way finishes and is billed first (it was produced); then the slot is freed.
     await this.stop({ code: NORMAL });
     this.audio?.close();
   }
 
   async shutdown(): Promise<void> {
+    this.native?.end(GOING_AWAY, 'the gateway is shutting down');
+    await this.native?.idle();
     // A generation under way finishes and is billed, then the client hears 1001 (going away).
     await this.stop({ code: GOING_AWAY, reason: 'the gateway is shutting down' });
     this.audio?.close();

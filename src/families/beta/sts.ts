@@ -17,6 +17,8 @@ import { voiceNotFound } from './speech-target.js';
 import type { PresetLookup } from './tts.js';
 import type { MeasureAudio } from './stt.js';
 import { beta } from './family.js';
+import { isNative, nativeExchange, nativeForm, nativePath } from './native.js';
+import type { ModelConfig } from '../../config.js';
 import { measureRawPcm } from '../../meter/audio.js';
 import { routeUploadBytes } from '../../config.js';
 
@@ -44,19 +46,19 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   if (fileFormat !== undefined && fileFormat !== '' && fileFormat !== 'other' && fileFormat !== 'pcm_s16le_16') throw field422('file_format', 'file_format must be pcm_s16le_16 or other.');
   const denoise = form.field('remove_background_noise');
   const model = s.models.resolve(form.field('model_id') || DEFAULT_STS_MODEL_ID, 'sts');
+  if (isNative(s, model)) {
+    // ElevenLabs itself: the form as sent (voice_settings and all), the voice by the upstream's id, billed by the seconds measured here.
+    const voice = await targetVoice(s, ctx, voiceId, model, preset) ?? voiceId;
+    const audioMs = fileFormat === 'pcm_s16le_16' ? measureRawPcm(audio.data, 'audio', (m) => field422('file_format', m)).durationMs : await measure(audio.data, 'audio');
+    await nativeExchange(s, ctx, {
+      model, path: nativePath(ctx, 'speech-to-speech', voice, ctx.routeName === 'beta.sts.stream' ? '/stream' : ''),
+      body: nativeForm(form, audio, model), bill: { audioInMs: audioMs }, mode: 'stream', headers: { 'request-id': ctx.requestId },
+    });
+    return;
+  }
   // Sent on whole (speed too) to a model that lists voice_settings; else a setting that asks for something is refused.
   const voice = voiceSettingsParams(s.models.models, model, voiceSettings, ['body'], true);
-  // The target voice: a preset by name, or the caller's cloned voice, which only its own upstream knows.
-  let upstreamVoice = preset(voiceId);
-  if (upstreamVoice === null) {
-    const v = await voiceOf(s.db, ctx.key!.accountId, voiceId);
-    if (!v) throw voiceNotFound(voiceId);
-    if (v.upstream !== model.upstream) {
-      throw new GatewayError({ status: 400, code: 'invalid_value', param: 'voice_id',
-        message: `The voice '${voiceId}' was cloned on another host than the one of ${model.id}, so it cannot be converted to.` });
-    }
-    upstreamVoice = v.upstreamVoiceId;
-  }
+  const upstreamVoice = preset(voiceId) ?? (await targetVoice(s, ctx, voiceId, model, preset))!;
   const plan = production(format, undefined, ctx.routeName === 'beta.sts');
   // Raw PCM is measured by its length and goes on with input_format saying so; a container declared raw is refused by name.
   const audioMs = fileFormat === 'pcm_s16le_16' ? measureRawPcm(audio.data, 'audio', (m) => field422('file_format', m)).durationMs : await measure(audio.data, 'audio');
@@ -84,6 +86,18 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
     model: model, path: '/v1/audio/voice-conversion', headers: { ...ctx.headers, 'content-type': up.contentType, accept: '*/*' }, body: up.body,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
+}
+
+/** The caller's cloned voice's id at the model's upstream (only its own upstream knows it); null for a preset voice. */
+async function targetVoice(s: Services, ctx: Ctx, voiceId: string, model: ModelConfig, preset: PresetLookup): Promise<string | null> {
+  if (preset(voiceId) !== null) return null;
+  const v = await voiceOf(s.db, ctx.key!.accountId, voiceId);
+  if (!v) throw voiceNotFound(voiceId);
+  if (v.upstream !== model.upstream) {
+    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'voice_id',
+      message: `The voice '${voiceId}' was cloned on another host than the one of ${model.id}, so it cannot be converted to.` });
+  }
+  return v.upstreamVoiceId;
 }
 
 export function stsRoutes(s: Services, measure: MeasureAudio, preset: PresetLookup): Route[] {

@@ -4,7 +4,7 @@ import type { Route } from '../../server/router.js';
 import type { Ctx } from '../../server/context.js';
 import type { Readable } from 'node:stream';
 import { GatewayError } from '../../errors.js';
-import { readMultipart } from '../../server/multipart.js';
+import { readMultipart, type Multipart } from '../../server/multipart.js';
 import { Charge } from '../../exchange/charge.js';
 import { relayCall } from '../../exchange/relay-http.js';
 import { TranscriptMeter } from '../../meter/transcript.js';
@@ -15,6 +15,8 @@ import { measureRawPcm } from '../../meter/audio.js';
 import { wav } from '../../audio/pcm.js';
 import { routeUploadBytes } from '../../config.js';
 import { sttParams } from './stt-params.js';
+import { isNative, nativeExchange, nativeForm, nativePath, refuseDetached } from './native.js';
+import type { ModelConfig } from '../../config.js';
 
 /** Measures an uploaded file's duration in milliseconds (frames counted or samples decoded, never a header); 400 when it cannot be. */
 export type MeasureAudio = (data: Buffer, param: string) => Promise<number>;
@@ -28,6 +30,7 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
   const modelId = form.field('model_id');
   if (!modelId) throw field422('model_id', 'model_id is required (scribe_v1).');
   const model = s.models.resolve(modelId, 'stt');
+  if (isNative(s, model)) return transcribeNative(s, ctx, form, model, measure);
   // The client's other parameters: sent on to an upstream that takes them, else refused when they ask for something (stt-params.ts).
   const passed = sttParams(form, s.upstreams.config(model.upstream).transcription.sttParams, model.id);
   const file = form.files.find((f) => f.field === 'file');
@@ -77,6 +80,17 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
     down: ctx, charge, meter, requestId: ctx.requestId,
     model: model, path: '/v1/audio/transcriptions', headers: { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, body: up.body,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
+  });
+}
+
+/** ElevenLabs itself: the form as sent, its JSON reply untouched, billed by the seconds measured here. */
+async function transcribeNative(s: Services, ctx: Ctx, form: Multipart, model: ModelConfig, measure: MeasureAudio): Promise<void> {
+  refuseDetached(form);
+  const file = form.files.find((f) => f.field === 'file');
+  if (!file) throw field422('file', 'file is required: the audio to transcribe.');
+  const audioMs = form.field('file_format') === 'pcm_s16le_16' ? measureRawPcm(file.data, 'file', (m) => field422('file_format', m)).durationMs : await measure(file.data, 'file');
+  await nativeExchange(s, ctx, {
+    model, path: nativePath(ctx, 'speech-to-text', null), body: nativeForm(form, file, model), bill: { audioInMs: audioMs }, mode: 'buffered', headers: {},
   });
 }
 

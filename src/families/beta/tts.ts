@@ -13,6 +13,7 @@ import { speechParams } from './speech-params.js';
 import { production } from './produce.js';
 import { MAX_TTS_CHARACTERS } from './views.js';
 import { beta } from './family.js';
+import { isNative, nativeExchange, nativeJson, nativePath } from './native.js';
 
 type Shape = 'audio' | 'timestamps';
 
@@ -40,6 +41,16 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
       detail: [{ loc: ['body', 'audio_effects'], msg: 'audio effects are not supported', type: 'unsupported_parameter' }] });
   }
   const target = await speechTarget(s, ctx.key!.accountId, voiceId, req.model_id, preset);
+  if (isNative(s, target.model)) {
+    // ElevenLabs itself: a premade voice by its own id, a cloned one by the id the upstream gave it; the body as sent.
+    const suffix = `${stream ? '/stream' : ''}${shape === 'timestamps' ? '/with-timestamps' : ''}`;
+    await nativeExchange(s, ctx, {
+      model: target.model, path: nativePath(ctx, 'text-to-speech', target.cloned ? target.upstreamVoice : voiceId, suffix),
+      body: { body: nativeJson(body, target.model), contentType: 'application/json' }, bill: { characters },
+      mode: shape === 'timestamps' && !stream ? 'buffered' : 'stream', headers: { 'request-id': ctx.requestId, 'character-cost': String(characters) },
+    });
+    return;
+  }
   // Refused here, before anything is held, when the voice's model cannot honour one (voice_settings included).
   const extra = speechParams(s.models.models, target.model, req);
   const plan = production(format, s.upstreams.config(target.model.upstream).speech, !stream);
