@@ -186,12 +186,13 @@ export class Gateway implements FrontEndHost {
     this.s.metrics.request(ctx.routeName, status, ms, Number(ctx.upstreamNs) / 1e6);
     const av = this.s.availability;
     if (av && status !== 499) {
+      const now = Date.now();
       const fam = (ctx.family as { name?: string }).name;
-      if (fam === 'alpha' || fam === 'beta') av.record(fam, status);
-      if (ctx.routeName.startsWith('svc.billing')) av.record('payments', status);
+      if (fam === 'alpha' || fam === 'beta') av.record(fam, status, now);
+      if (ctx.routeName.startsWith('svc.billing')) av.record('payments', status, now);
       // Admission's answer: a keyed request that ran, or failed because the limiter or store could not be asked.
-      if (ctx.errorCode === 'limits_unavailable' || (ctx.errorCode === 'store_unavailable' && ctx.key)) av.record('ledger', 503);
-      else if (ctx.key && status < 400) av.record('ledger', status);
+      if (ctx.errorCode === 'limits_unavailable' || (ctx.errorCode === 'store_unavailable' && ctx.key)) av.record('ledger', 503, now);
+      else if (ctx.key && status < 400) av.record('ledger', status, now);
     }
     if (ctx.trace) this.s.tracer?.end(ctx.trace, status);
     if (requestLoggingEnabled()) {
