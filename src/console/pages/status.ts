@@ -21,8 +21,9 @@ function percent(f: WindowFigures): string {
 
 function row(c: Component): Html {
   const [label, tone] = LABEL[c.status];
-  return html`<tr data-component="${c.id}"><td><strong>${c.name}</strong><br><span class="muted">${c.description}</span></td>
-<td><span class="tag ${tone}">${label}</span></td><td class="num">${percent(c.availability['5m'])}</td><td class="num">${percent(c.availability['30m'])}</td>
+  // The status first, beside the name: on a phone the figures scroll, the status stays in view.
+  return html`<tr data-component="${c.id}"><td><span class="tag ${tone}">${label}</span> <strong title="${c.description}">${c.name}</strong></td>
+<td class="num">${percent(c.availability['5m'])}</td><td class="num">${percent(c.availability['30m'])}</td>
 <td class="num">${percent(c.availability['1d'])}</td><td>${c.last_reviewed_at}</td></tr>`;
 }
 
@@ -32,7 +33,7 @@ export function statusPage(s: Services, ctx: Ctx): void {
   const tone = summary.status.indicator === 'none' ? 'ok' : summary.status.indicator === 'minor' ? 'warn' : 'err';
   const body = html`<div class="head"><h1>Status</h1></div>
 <div class="notice ${tone}" role="status" data-indicator="${summary.status.indicator}">${summary.status.description}</div>
-<div class="card flush"><div class="scroll-x"><table><thead><tr><th>Area</th><th>Status</th><th class="num">5 min</th><th class="num">30 min</th><th class="num">24 h</th><th>Last reviewed</th></tr></thead>
+<div class="card flush"><div class="scroll-x"><table><thead><tr><th>Area</th><th class="num">5 min</th><th class="num">30 min</th><th class="num">24 h</th><th>Last reviewed</th></tr></thead>
 <tbody>${rows.map(row)}</tbody></table></div></div>
 <p class="muted">Availability is this instance's live traffic: successes over successes plus server-side failures (callers' 4xx and 429 are not counted); — means no traffic in that window.
 Each instance reports its own traffic. Updated ${summary.page.updated_at}. The same as JSON: <a href="/svc/v1/status">/svc/v1/status</a>.</p>`;
