@@ -146,6 +146,19 @@ export const ConfigSchema = Type.Object({
     return_origins: Type.Array(Type.String({ pattern: '^https?://', maxLength: 2048 }), {
       default: [], description: 'origins besides the gateway\'s own that a checkout return_url may lead to' }),
   }, { additionalProperties: false, default: {} }),
+  status: Type.Object({
+    last_reviewed: Type.Object({
+      compatibility: Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$', default: '2026-08-25' }),
+      authentication: Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$', default: '2026-08-25' }),
+      billing: Type.String({ pattern: '^\\d{4}-\\d{2}-\\d{2}$', default: '2026-08-25' }),
+    }, { additionalProperties: false, default: {}, description: 'the date each area was last reviewed, shown on the status page as last_reviewed_at' }),
+    probe_ms: Type.Integer({ minimum: 100, default: 1000, description: 'how often PostgreSQL, Redis and each upstream (a TCP connect, never a request) are probed' }),
+  }, { additionalProperties: false, default: {} }),
+  telemetry: Type.Object({
+    otlp_endpoint: Type.Optional(Type.String({ pattern: '^https?://', description: 'an OTLP/HTTP collector (spans are POSTed as JSON to <endpoint>/v1/traces); unset: no tracing at all' })),
+    service_name: Type.String({ default: 'tollgate' }),
+    headers_env: Type.Optional(EnvName),
+  }, { additionalProperties: false, default: {} }),
   console: Type.Object({
     secure_cookies: Type.Optional(Type.Boolean({ description: 'defaults to true when public_url is https' })),
   }, { additionalProperties: false, default: {} }),
@@ -246,6 +259,10 @@ export interface Config {
     returnOrigins: string[];
   };
   console: { secureCookies: boolean };
+  /** The status page's last-reviewed dates per area (YYYY-MM-DD), and how often dependencies are probed (ms). */
+  status: { lastReviewed: { compatibility: string; authentication: string; billing: string }; probeMs: number };
+  /** OpenTelemetry export: off (endpoint undefined) unless configured; headers from `headers_env` (`k=v,k2=v2`, as OTEL_EXPORTER_OTLP_HEADERS). */
+  telemetry: { otlpEndpoint: string | undefined; serviceName: string; headers: Record<string, string> };
   embedded: boolean;
 }
 
@@ -425,6 +442,10 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
         : env[SANDBOX_SECRET_ENV] ?? `whsec_sandbox_${randomBytes(24).toString('hex')}`,
     },
     console: { secureCookies: c.console.secure_cookies ?? (c.public_url?.startsWith('https://') ?? false) },
+    status: { lastReviewed: { ...c.status.last_reviewed }, probeMs: c.status.probe_ms },
+    telemetry: { otlpEndpoint: c.telemetry.otlp_endpoint?.replace(/\/+$/, ''), serviceName: c.telemetry.service_name,
+      headers: Object.fromEntries((c.telemetry.headers_env ? env[c.telemetry.headers_env] ?? '' : '').split(',').map((kv) => kv.split('=').map((x) => x.trim()))
+        .filter((kv): kv is [string, string] => kv.length === 2 && kv[0]!.length > 0)) },
     embedded,
   };
   return deepFreeze(config);

@@ -22,6 +22,11 @@ import { batchEndpoints } from './families/alpha/batches.js';
 import { FileSweeper } from './jobs/file-sweeper.js';
 import { findFfmpeg, type Ffmpeg } from './audio/ffmpeg.js';
 import { log } from './observe/log.js';
+import { Availability } from './observe/availability.js';
+import { HealthMonitor, TcpUpstreamHealth, type UpstreamHealth } from './observe/health.js';
+import { StatusBoard } from './observe/status.js';
+import { OtlpExporter } from './observe/trace.js';
+import { lastProviderCall } from './billing/core.js';
 
 export interface Services {
   config: Config;
@@ -47,6 +52,14 @@ export interface Services {
   sims: SimHandle[];
   /** Debian's ffmpeg, found at start-up: converts speech to the formats src/audio cannot make (aac). */
   ffmpeg: Ffmpeg | undefined;
+  /** Success and server-failure counts per status area (the hot path increments them). */
+  availability: Availability;
+  /** PostgreSQL, Redis, payments and upstreams as last probed or seen; the front end sets `draining`. */
+  health: HealthMonitor;
+  /** The status summary and health report built from the two above. */
+  statusBoard: StatusBoard;
+  /** The OTLP exporter when `telemetry.otlp_endpoint` is set; null: no trace is made at all. */
+  tracer: OtlpExporter | null;
 }
 
 /** The debit journal of a process without Redis: in the data dir (PGlite's or, with PostgreSQL, its own). */
@@ -98,6 +111,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,
     models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts) };
   const s = { ...base, billing: new Billing(base) } as Services;
+  openStatus(s, upstreamConfigs, simUrls);
   s.batches = new BatchWorker(s, batchEndpoints());
   metrics.ledgerWrites = () => settler.writes;
   metrics.keyLookups = () => cache.missLookups;
@@ -112,6 +126,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   // Debits a dead process left durable but uncommitted: claimed now (an embedded restart replays
   // its journal before it serves) and then every second.
   await recovery.start();
+  s.health.start();
   // Expired files, and uploads a dead process left unfinished: swept now and every files sweep interval.
   s.fileSweeper = new FileSweeper(db, c.fileSweepMs);
   await s.fileSweeper.sweep();
@@ -123,6 +138,7 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
 
 /** Drains what the stages hold (every debit committed, every hold released), then closes them. */
 export async function closeServices(s: Services, deadline = Date.now() + 30_000): Promise<void> {
+  await s.health.stop();
   await s.recovery.stop();
   await s.batches.stop(deadline);
   await s.fileSweeper.stop();
@@ -137,6 +153,36 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
   // this instance, for a live one to take over once this one's heartbeat stops.
   await s.limiter.close(committed);
   await s.db.close();
+  await s.tracer?.close();
+}
+
+/**
+ * Availability counters, the dependency monitor, the status board and the trace exporter. Upstream
+ * health is a plug (`UpstreamHealth`): today a TCP connect to each upstream; pool health can replace it.
+ */
+function openStatus(s: Services, upstreams: ReadonlyMap<string, UpstreamConfig>, simUrls: ReadonlyMap<string, string>, upstreamHealth?: UpstreamHealth): void {
+  const c = s.config;
+  const targets = new Map([...upstreams.keys()].map((n) => [n, upstreams.get(n)!.baseUrl ?? simUrls.get(n)!] as [string, string]).filter(([, u]) => Boolean(u)));
+  const limiter = s.limiter;
+  s.availability = new Availability();
+  s.health = new HealthMonitor({
+    postgres: s.db.kind === 'postgres' ? async () => { await s.db.query('SELECT 1'); } : null,
+    redis: limiter.ping ? () => limiter.ping!() : null,
+    payments: () => (c.payments.provider === 'sandbox' ? null : lastProviderCall),
+    upstreams: upstreamHealth ?? new TcpUpstreamHealth(targets, Math.min(2000, c.status.probeMs)),
+    probeMs: c.status.probeMs, timeoutMs: Math.min(2000, c.status.probeMs),
+  });
+  const used = (kinds: readonly string[]) => [...new Set(c.models.filter((m) => kinds.includes(m.kind)).map((m) => m.upstream))];
+  s.statusBoard = new StatusBoard({
+    availability: s.availability, health: s.health,
+    backlog: () => ({ pending: s.committer.pending, retrying: s.committer.retrying }),
+    familyUpstreams: { alpha: used(['chat', 'embedding', 'tts', 'stt', 'realtime']), beta: used(['tts', 'stt', 'sts']) },
+    lastReviewed: c.status.lastReviewed,
+    pageUrl: () => `${c.publicUrl ?? ''}/status`,
+  });
+  s.tracer = c.telemetry.otlpEndpoint
+    ? new OtlpExporter({ endpoint: c.telemetry.otlpEndpoint, serviceName: c.telemetry.serviceName, headers: c.telemetry.headers, maxQueue: 8192, batch: 512, intervalMs: 1000 })
+    : null;
 }
 
 /**

@@ -50,12 +50,18 @@ function portOf(host: string | undefined): number | null {
 
 const SANE_HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
 
+/** The outcome of the last payment provider call this process made (the status page shows it; nothing calls the provider to find out). */
+export const lastProviderCall = { ok: true, at: 0 };
+
 /** A provider call; its failure is logged and answered with 502 (the provider's own words are not passed on). */
 async function via<T>(what: string, call: () => Promise<T>): Promise<T> {
   try {
-    return await call();
+    const out = await call();
+    lastProviderCall.ok = true; lastProviderCall.at = Date.now();
+    return out;
   } catch (e) {
     if (e instanceof GatewayError) throw e;
+    lastProviderCall.ok = false; lastProviderCall.at = Date.now();
     log('error', `payment provider failed to ${what}`, { error: String((e as Error)?.message ?? e) });
     throw new GatewayError({ status: 502, code: 'payment_provider_error', retryable: true,
       message: `The payment provider could not ${what} right now; try again.` });

@@ -22,12 +22,19 @@ export function appPage(p: AppPage): Html {
   const link = (s: Section, label: string) => html`<a href="/console/${s}"${p.section === s ? html` aria-current="page"` : ''}>${label}</a>`;
   return html`<html lang="en">${head(p.title)}<body>
 <header class="top"><div class="bar">${brand()}
-<nav class="main">${link('keys', 'API keys')}${link('usage', 'Usage')}${link('billing', 'Billing')}<span class="narrow-only">${link('account', 'Account')}</span></nav>
+<nav class="main">${link('keys', 'API keys')}${link('usage', 'Usage')}${link('billing', 'Billing')}<a href="/status">Status</a><span class="narrow-only">${link('account', 'Account')}</span></nav>
 <div class="who"><a class="pill" href="/console/billing" title="Balance" data-balance>${usd(p.balance)}</a>
 <a class="email" href="/console/account" title="Account: password and sessions"${p.section === 'account' ? html` aria-current="page"` : ''}>${p.session.user.email}</a>
 <form method="post" action="/console/logout" class="inline"><input type="hidden" name="csrf" value="${p.session.csrf}">
 <button type="submit" class="link linklike">Log out</button></form></div></div></header>
 <main>${p.body}</main></body></html>`;
+}
+
+/** A page anyone may read (the status page): the console's top bar without an account. */
+export function publicPage(title: string, body: Html): Html {
+  return html`<html lang="en">${head(title)}<body>
+<header class="top"><div class="bar">${brand()}<nav class="main"><a href="/status" aria-current="page">Status</a><a href="/console">Console</a></nav></div></header>
+<main>${body}</main></body></html>`;
 }
 
 export function barePage(title: string, body: Html): Html {

@@ -9,6 +9,18 @@ import { markUndone } from '../proxy/routed.js';
 import { log } from '../observe/log.js';
 import type { Charge } from './charge.js';
 import type { Meter } from './meter.js';
+import type { Usage } from './usage.js';
+import type { Nanodollars } from '../money.js';
+import { nanoToDecimal } from '../money.js';
+
+/** What a trace records of the exchange (observe/trace.ts's RequestTrace; optional: tracing may be off). */
+export interface ExchangeTrace {
+  upstreamBegins(): void;
+  upstreamEnds(attrs?: Record<string, string | number | boolean>): void;
+  stage(name: string, attrs?: Record<string, string | number | boolean>): void;
+  event(name: string, attrs?: Record<string, string | number | boolean>): void;
+  readonly attrs: Record<string, string | number | boolean>;
+}
 
 /** The client side of an exchange, as the front end provides it (no transport type leaks in here). */
 export interface Downstream {
@@ -23,6 +35,24 @@ export interface Downstream {
   close(): void;
   /** Time spent waiting on the upstream, for metrics. */
   upstreamNs: bigint;
+  /** The request's trace, when tracing is on. */
+  readonly trace?: ExchangeTrace | null;
+}
+
+/** The GenAI semantic-convention attributes of a settled exchange, and its cost. */
+function traced(t: ExchangeTrace, model: string, u: Usage, cost: Nanodollars): void {
+  t.stage('tollgate.settle', { 'tollgate.cost_usd': nanoToDecimal(cost) });
+  t.attrs['gen_ai.request.model'] = model;
+  t.attrs['gen_ai.response.model'] = model;
+  if (u.inputTokens > 0 || u.outputTokens > 0) {
+    t.attrs['gen_ai.usage.input_tokens'] = u.inputTokens;
+    t.attrs['gen_ai.usage.output_tokens'] = u.outputTokens;
+  }
+  if (u.characters > 0) t.attrs['tollgate.usage.characters'] = u.characters;
+  if (u.audioInMs > 0) t.attrs['tollgate.usage.audio_in_ms'] = u.audioInMs;
+  t.attrs['tollgate.usage.basis'] = u.basis;
+  t.attrs['tollgate.cost_usd'] = nanoToDecimal(cost);
+  t.attrs['tollgate.cost_nanodollars'] = Number(cost);
 }
 
 export interface Relay {
@@ -60,7 +90,9 @@ export async function relay(r: Relay): Promise<void> {
     // stopped: the upstream cannot say what it produced before a cut, so it runs to the end and is
     // billed in full, as the client asked (and as OpenAI bills an abandoned non-streamed request).
     if (r.meter.mode === 'stream') r.down.onAbort(r.call.abort);
+    r.down.trace?.upstreamBegins();
     const res = await r.call.response;
+    r.down.upstreamNs = process.hrtime.bigint() - started;
     if (res.statusCode !== 200) {
       const err = await r.upstreamError(res);
       // 429 and 503 say nothing was generated: a request that opted in may fall back to another model.
@@ -83,7 +115,9 @@ export async function relay(r: Relay): Promise<void> {
 async function buffered(r: Relay, res: ReplyBody, started: bigint, contentType: string, headers: Record<string, string>): Promise<void> {
   await read(res, r.meter);
   r.down.upstreamNs = process.hrtime.bigint() - started;
+  r.down.trace?.upstreamEnds();
   const body = r.meter.onEnd(true);
+    r.down.upstreamNs = process.hrtime.bigint() - started;
   await r.charge.settle(r.meter.usage(), { extra: extra(r) });
   r.down.send(200, body, headers, contentType);
 }
@@ -118,6 +152,7 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
   const settle = async (): Promise<boolean> => {
     settled = true;
     try {
+    r.down.upstreamNs = process.hrtime.bigint() - started;
       await charge.settle(meter.usage(), { extra: extra(r) });
       return true;
     } catch (e) {

@@ -111,7 +111,10 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
   // Both come from memory once the key and account were seen: awaited only on a first use.
   const b = d.cache.balanceState(key.accountId);
   const s = d.cache.spendState(key.id, period);
-  return { balance: b instanceof Promise ? await b : b, spent: s instanceof Promise ? await s : s };
+  if (!(b instanceof Promise) && !(s instanceof Promise)) return { balance: b, spent: s };
+  // Both awaited together: with the store unreachable both reject, and one left unawaited would end the process.
+  const [balance, spent] = await Promise.all([b, s]);
+  return { balance, spent };
 }
 
 /**

@@ -55,10 +55,11 @@ export interface UpstreamCall {
 }
 
 /**
- * The only client headers an upstream is sent: what it needs to read the body and shape the reply.
+ * The only client headers an upstream is sent: what it needs to read the body and shape the reply,
+ * and the W3C trace context (with tracing on, the gateway's own upstream span in `traceparent`).
  * Everything else (credentials, cookies, hop-by-hop headers, whatever a client adds) stays here.
  */
-export const FORWARDED: ReadonlySet<string> = new Set(['content-type', 'accept']);
+export const FORWARDED: ReadonlySet<string> = new Set(['content-type', 'accept', 'traceparent', 'tracestate']);
 
 export class Upstreams {
   private readonly proxy = createProxyServer({});

@@ -1,6 +1,6 @@
 // The gateway behind a front end (uWS or node:http, io.ts): serves the mounted routes, authenticates keys, admits unbilled requests, and drains on shutdown.
 import type { Config } from '../config.js';
-import { GatewayError, internalError, notFound, type ErrorRenderer } from '../errors.js';
+import { GatewayError, internalError, limitsUnavailable, notFound, storeUnavailable, type ErrorRenderer } from '../errors.js';
 import type { StateCache } from '../gate/cache.js';
 import { authenticate, authenticateKey, invalidKey, requireScope } from '../gate/auth.js';
 import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
@@ -13,9 +13,27 @@ import { Router, methodNotAllowed, type Match, type Mount } from './router.js';
 import { Session, refuseUpgrade, transportFrameLimit, upgradeKey, type UpgradeRequest } from './ws.js';
 import type { FrontEnd, FrontEndHost, HttpIn, HttpOut, Listener, SocketIO, UpgradeOut } from './io.js';
 import type { KeyRecord } from '../store/keys.js';
+import type { Availability } from '../observe/availability.js';
+import type { HealthMonitor } from '../observe/health.js';
+import { RequestTrace, operationOf, type OtlpExporter } from '../observe/trace.js';
 
 /** What the front end needs of the stages: keys to authenticate, admission for unbilled requests, metrics. */
-export interface FrontEndDeps { config: Config; cache: StateCache; admission: AdmissionDeps; metrics: Metrics }
+export interface FrontEndDeps {
+  config: Config; cache: StateCache; admission: AdmissionDeps; metrics: Metrics;
+  /** Status: traffic counts per area, the stores' state (a 401 or 402 becomes a 503 while one is down), and traces when configured. */
+  availability?: Availability; health?: HealthMonitor; tracer?: OtlpExporter | null;
+}
+
+/**
+ * While a store is down, an answer about the key or the money cannot be trusted: a 401 or 402 is
+ * answered as the outage it may be (503 with Retry-After), so no user debugs their key during ours.
+ */
+export function duringOutage(e: GatewayError, health: HealthMonitor | undefined): GatewayError {
+  if (e.status !== 401 && e.status !== 402) return e;
+  const down = health?.storeDown();
+  if (!down) return e;
+  return down === 'redis' ? limitsUnavailable() : storeUnavailable();
+}
 
 /** The URL clients use: `public_url`, else the listen host (bracketed if IPv6) and the bound port. */
 export function baseUrlOf(config: Config, port: number): string {
@@ -111,6 +129,17 @@ export class Gateway implements FrontEndHost {
 
   private async dispatch(ctx: Ctx, m: Match, body: Promise<Buffer> | null, stream: BodyStream | null): Promise<void> {
     let hold: Hold | null = null;
+    const tracer = this.s.tracer;
+    if (tracer) {
+      const t = ctx.trace = new RequestTrace(ctx.headers.traceparent);
+      // The upstream is sent this trace's context (proxy/upstream.ts forwards traceparent).
+      ctx.headers.traceparent = t.outgoing;
+      t.attrs['http.request.method'] = ctx.method;
+      t.attrs['url.path'] = ctx.path;
+      t.attrs['tollgate.request_id'] = ctx.requestId;
+      t.attrs['tollgate.span_name'] = `${ctx.method} ${'route' in m ? m.route.path : 'unmatched'}`;
+      if ('route' in m) { t.attrs['http.route'] = m.route.path; t.attrs['gen_ai.operation.name'] = operationOf(m.route.name); }
+    }
     try {
       if (this.draining) throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This instance is shutting down; retry.' });
       if (ctx.headerBytes > MAX_HEADER_BYTES) {
@@ -121,7 +150,14 @@ export class Gateway implements FrontEndHost {
       const { route, params } = m;
       ctx.routeName = route.name;
       if (route.scope !== 'public') {
-        ctx.key = await authenticate(this.s.cache, ctx.headers);
+        try {
+          ctx.key = await authenticate(this.s.cache, ctx.headers);
+        } catch (e) {
+          if (e instanceof GatewayError && e.status >= 500) this.s.availability?.record('authentication', e.status);
+          throw e;
+        }
+        this.s.availability?.record('authentication', 200);
+        ctx.trace?.stage('tollgate.auth', { 'tollgate.key_prefix': ctx.key.prefix });
         if (route.scope !== 'any') requireScope(ctx.key, route.scope);
         // Every request with a key counts against its rpm and takes an in-flight slot; a metered
         // route admits itself, with its balance and ceiling checks and its hold.
@@ -132,7 +168,7 @@ export class Gateway implements FrontEndHost {
       // What the client still sends of a refused body is read and dropped (not left paused mid-upload).
       if (stream && !stream.readableEnded) stream.discard();
       if (e instanceof GatewayError) {
-        if (e.status !== 499) ctx.fail(e);
+        if (e.status !== 499) ctx.fail(duringOutage(e, this.s.health));
       } else {
         log('error', 'unhandled error', { request_id: ctx.requestId, route: ctx.routeName, error: String((e as Error)?.stack ?? e) });
         ctx.fail(internalError());
@@ -148,6 +184,17 @@ export class Gateway implements FrontEndHost {
     const ms = ctx.elapsedMs();
     const status = ctx.aborted && !ctx.finished ? 499 : ctx.status;
     this.s.metrics.request(ctx.routeName, status, ms, Number(ctx.upstreamNs) / 1e6);
+    const av = this.s.availability;
+    if (av && status !== 499) {
+      const now = Date.now();
+      const fam = (ctx.family as { name?: string }).name;
+      if (fam === 'alpha' || fam === 'beta') av.record(fam, status, now);
+      if (ctx.routeName.startsWith('svc.billing')) av.record('payments', status, now);
+      // Admission's answer: a keyed request that ran, or failed because the limiter or store could not be asked.
+      if (ctx.errorCode === 'limits_unavailable' || (ctx.errorCode === 'store_unavailable' && ctx.key)) av.record('ledger', 503, now);
+      else if (ctx.key && status < 400) av.record('ledger', status, now);
+    }
+    if (ctx.trace) this.s.tracer?.end(ctx.trace, status);
     if (requestLoggingEnabled()) {
       log('info', 'request', { request_id: ctx.requestId, method: ctx.method, path: ctx.path, status, ms: Math.round(ms * 1000) / 1000,
         upstream_ms: Math.round(Number(ctx.upstreamNs) / 1e3) / 1e3, key: ctx.key?.prefix });
@@ -195,7 +242,7 @@ export class Gateway implements FrontEndHost {
         accept(session, echo);
       } catch (e) {
         if (aborted) return;
-        if (e instanceof GatewayError) refuseUpgrade(res, e, family, requestId);
+        if (e instanceof GatewayError) refuseUpgrade(res, duringOutage(e, this.s.health), family, requestId);
         else {
           log('error', 'unhandled error', { request_id: requestId, route: route.name, error: String((e as Error)?.stack ?? e) });
           refuseUpgrade(res, internalError(), family, requestId);
@@ -207,6 +254,7 @@ export class Gateway implements FrontEndHost {
   /** Stops accepting and lets in-flight requests finish (their debits are then the stages' to commit). */
   async stop(drainMs = 30_000): Promise<void> {
     this.draining = true;
+    if (this.s.health) this.s.health.draining = true;
     this.listener?.close();
     this.listener = null;
     // Sessions finish what is under way, settle, and close with 1001 (going away).

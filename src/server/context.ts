@@ -3,7 +3,11 @@ import type { HttpIn, HttpOut } from './io.js';
 import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
 import { newId } from '../store/ids.js';
 import type { KeyRecord } from '../store/keys.js';
+import type { RequestTrace } from '../observe/trace.js';
 
+/** A request carrying this header (any value) is answered with `x-tollgate-overhead-ms`. */
+export const OVERHEAD_ASKED = 'x-tollgate-timing';
+export const OVERHEAD_HEADER = 'x-tollgate-overhead-ms';
 const SANE_REQUEST_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 const JSON_TYPE = 'application/json';
 
@@ -36,6 +40,10 @@ export class Ctx {
   upstreamNs = 0n;
   /** Bytes of the request's header lines as received (names, values, separators). */
   headerBytes = 0;
+  /** The error code answered, if the request failed (for the status page's areas). */
+  errorCode: string | null = null;
+  /** This request's trace when tracing is configured; null costs nothing. */
+  trace: RequestTrace | null = null;
   private readonly abortHandlers: (() => void)[] = [];
   private writableWaiter: (() => void) | null = null;
 
@@ -78,6 +86,7 @@ export class Ctx {
       this.res.writeStatus(statusLine(status));
       this.res.writeHeader('content-type', contentType);
       this.res.writeHeader('x-request-id', this.requestId);
+      if (this.headers[OVERHEAD_ASKED] !== undefined) this.res.writeHeader(OVERHEAD_HEADER, this.overheadMs());
       for (const k in headers) {
         const v = headers[k]!;
         for (const one of typeof v === 'string' ? [v] : v) this.res.writeHeader(k, one);
@@ -91,6 +100,7 @@ export class Ctx {
   }
 
   fail(err: GatewayError): void {
+    this.errorCode = err.code;
     if (this.headersSent) { this.close(); return; }
     this.send(err.status, this.family.render(err, this.requestId), err.headers);
   }
@@ -103,6 +113,7 @@ export class Ctx {
     this.res.cork(() => {
       this.res.writeStatus(statusLine(status));
       this.res.writeHeader('x-request-id', this.requestId);
+      if (this.headers[OVERHEAD_ASKED] !== undefined) this.res.writeHeader(OVERHEAD_HEADER, this.overheadMs());
       for (const k in headers) this.res.writeHeader(k, headers[k]!);
     });
   }
@@ -134,6 +145,11 @@ export class Ctx {
 
   elapsedMs(): number {
     return Number(process.hrtime.bigint() - this.started) / 1e6;
+  }
+
+  /** Time so far not spent waiting on the upstream, in ms with microseconds (the x-tollgate-overhead-ms header). */
+  overheadMs(): string {
+    return (Math.max(0, Number(process.hrtime.bigint() - this.started - this.upstreamNs)) / 1e6).toFixed(3);
   }
 }
 

@@ -248,6 +248,8 @@ test('every console page fits a 390-pixel-wide phone screen: nothing sticks out 
 
   await page.goto(`${gw.url}/console/login`);
   await check('login');
+  await page.goto(`${gw.url}/status`);
+  await check('status');
   await page.goto(`${gw.url}/console/signup`);
   await check('signup');
   const email = `phone-with-a-long-address-${randomBytes(4).toString('hex')}@example.com`;

@@ -50,7 +50,8 @@ export async function freshDatabase() {
  * options: { store: 'pglite' | 'postgres', redis: boolean, redisUrl (another Redis), embedded: boolean (no --config at all),
  *            upstreams, models, limits, batches, voices, database: {url} (share one), redisPrefix (share one), env, workers,
  *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl,
- *            node (the Node binary to run it on; default NODE), frontend ('uws' | 'node' | 'auto': the config's `frontend`) }
+ *            node (the Node binary to run it on; default NODE), frontend ('uws' | 'node' | 'auto': the config's `frontend`),
+ *            status, telemetry (the config's sections of those names) }
  * TOLLGATE_FRONTEND in the environment is passed on (it overrides the config's `frontend`).
  */
 export async function startGateway(t, options = {}) {
@@ -74,6 +75,8 @@ export async function startGateway(t, options = {}) {
       ...(options.publicUrl ? { public_url: options.publicUrl } : {}),
       ...(options.workers ? { workers: options.workers } : {}),
       ...(options.frontend ? { frontend: options.frontend } : {}),
+      ...(options.status ? { status: options.status } : {}),
+      ...(options.telemetry ? { telemetry: options.telemetry } : {}),
     };
     if (store === 'postgres') {
       if (!db) { db = await freshDatabase(); cleanups.push(() => db.drop()); }

@@ -333,6 +333,11 @@ export class RedisLimiter implements Limiter {
     this.redis = r as Scripted;
   }
 
+  /** A PING (failing at once while disconnected: there is no offline queue). */
+  async ping(): Promise<void> {
+    await this.redis.ping();
+  }
+
   async ready(): Promise<void> {
     if (this.redis.status !== 'ready') {
       await new Promise<void>((resolve, reject) => {

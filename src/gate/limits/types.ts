@@ -108,6 +108,8 @@ export interface Limiter {
   pendingOf(accountId: string, keyId: string): Promise<{ account: bigint; key: bigint }>;
   /** Open holds (for invariants in tests and for /metrics). */
   openHolds(accountId: string): Promise<number>;
+  /** Checks the limiter's store answers (Redis: PING); absent for in-process limits, which cannot be unreachable. */
+  ping?(): Promise<void>;
   /** Closes; `nothingPending` false leaves this owner's uncommitted debits for a live instance to take over. */
   close(nothingPending?: boolean): Promise<void>;
 }
