@@ -23,7 +23,7 @@ import { FileSweeper } from './jobs/file-sweeper.js';
 import { findFfmpeg, type Ffmpeg } from './audio/ffmpeg.js';
 import { log } from './observe/log.js';
 import { Availability } from './observe/availability.js';
-import { HealthMonitor, TcpUpstreamHealth, type UpstreamHealth } from './observe/health.js';
+import { HealthMonitor, PooledUpstreamHealth, TcpUpstreamHealth, type UpstreamHealth } from './observe/health.js';
 import { StatusBoard } from './observe/status.js';
 import { OtlpExporter } from './observe/trace.js';
 import { lastProviderCall } from './billing/core.js';
@@ -158,7 +158,7 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
 
 /**
  * Availability counters, the dependency monitor, the status board and the trace exporter. Upstream
- * health is a plug (`UpstreamHealth`): today a TCP connect to each upstream; pool health can replace it.
+ * health is a plug (`UpstreamHealth`): a TCP connect to each upstream, joined with its pool's health (an ejected upstream is down).
  */
 function openStatus(s: Services, upstreams: ReadonlyMap<string, UpstreamConfig>, simUrls: ReadonlyMap<string, string>, upstreamHealth?: UpstreamHealth): void {
   const c = s.config;
@@ -169,10 +169,13 @@ function openStatus(s: Services, upstreams: ReadonlyMap<string, UpstreamConfig>,
     postgres: s.db.kind === 'postgres' ? async () => { await s.db.query('SELECT 1'); } : null,
     redis: limiter.ping ? () => limiter.ping!() : null,
     payments: () => (c.payments.provider === 'sandbox' ? null : lastProviderCall),
-    upstreams: upstreamHealth ?? new TcpUpstreamHealth(targets, Math.min(2000, c.status.probeMs)),
+    upstreams: upstreamHealth ?? new PooledUpstreamHealth(new TcpUpstreamHealth(targets, Math.min(2000, c.status.probeMs)), () => s.upstreams.pools.health()),
     probeMs: c.status.probeMs, timeoutMs: Math.min(2000, c.status.probeMs),
   });
-  const used = (kinds: readonly string[]) => [...new Set(c.models.filter((m) => kinds.includes(m.kind)).map((m) => m.upstream))];
+  const used = (kinds: readonly string[]) => {
+    const pools = new Map(c.models.filter((m) => kinds.includes(m.kind)).map((m) => m.pool.map((e) => e.name)).map((p) => [p.join('\n'), p] as const));
+    return [...pools.values()];
+  };
   s.statusBoard = new StatusBoard({
     availability: s.availability, health: s.health,
     backlog: () => ({ pending: s.committer.pending, retrying: s.committer.retrying }),

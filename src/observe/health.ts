@@ -148,3 +148,26 @@ export class HealthMonitor {
     return { ready: true, reason: null };
   }
 }
+
+/**
+ * The TCP reachability of each upstream, joined with its pool's passive and active health: an
+ * upstream its pool has ejected (consecutive failures, a failed probe) shows down even while its
+ * port still accepts connections.
+ */
+export class PooledUpstreamHealth implements UpstreamHealth {
+  private readonly since = new Map<string, string>();
+  constructor(private readonly tcp: UpstreamHealth, private readonly pool: () => readonly { name: string; healthy: boolean }[]) {}
+
+  upstreams(): ReadonlyMap<string, DependencyCheck> {
+    const out = new Map(this.tcp.upstreams());
+    const now = new Date().toISOString();
+    for (const u of this.pool()) {
+      if (u.healthy) { this.since.delete(u.name); continue; }
+      if (!this.since.has(u.name)) this.since.set(u.name, now);
+      out.set(u.name, { state: 'down', observedAt: now, since: this.since.get(u.name)!, detail: 'ejected by its pool (failed requests or probes)' });
+    }
+    return out;
+  }
+
+  refresh(): Promise<void> { return this.tcp.refresh(); }
+}

@@ -20,8 +20,8 @@ export interface StatusDeps {
   health: HealthMonitor;
   /** Debits priced and durable but not committed to the ledger, and how many of them are failing to commit. */
   backlog: () => { pending: number; retrying: number };
-  /** The upstreams each family's models use. */
-  familyUpstreams: { alpha: readonly string[]; beta: readonly string[] };
+  /** The pools (each model's upstreams) each family's models use. */
+  familyUpstreams: { alpha: readonly (readonly string[])[]; beta: readonly (readonly string[])[] };
   lastReviewed: Readonly<Record<ReviewArea, string>>;
   pageUrl: () => string;
 }
@@ -54,13 +54,27 @@ export class StatusBoard {
   private readonly created = new Date().toISOString();
   constructor(private readonly d: StatusDeps) {}
 
-  private upstreamStatus(names: readonly string[]): { status: ComponentStatus; checks: Record<string, DependencyCheck> } {
+  /**
+   * A family's upstreams: a model is out only when every upstream of its pool is down (requests fail
+   * over to the others); one down inside a pool that still serves is degraded performance.
+   */
+  private upstreamStatus(pools: readonly (readonly string[])[]): { status: ComponentStatus; checks: Record<string, DependencyCheck> } {
     const all = this.d.health.upstreams();
     const checks: Record<string, DependencyCheck> = {};
-    for (const n of names) { const c = all.get(n); if (c) checks[`upstream:${n}`] = c; }
-    const states = Object.values(checks);
-    const down = states.filter((c) => c.state === 'down').length;
-    const status = down === 0 ? 'operational' : down === states.length ? 'major_outage' : 'partial_outage';
+    let poolsDown = 0;
+    let someDown = false;
+    for (const pool of pools) {
+      let down = 0;
+      for (const n of pool) {
+        const c = all.get(n);
+        if (!c) continue;
+        checks[`upstream:${n}`] = c;
+        if (c.state === 'down') down++;
+      }
+      if (down > 0) someDown = true;
+      if (down > 0 && down === pool.length) poolsDown++;
+    }
+    const status = poolsDown === 0 ? (someDown ? 'degraded_performance' : 'operational') : poolsDown === pools.length ? 'major_outage' : 'partial_outage';
     return { status, checks };
   }
 
