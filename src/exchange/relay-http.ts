@@ -21,6 +21,8 @@ export interface Downstream {
   close(): void;
   /** Time spent waiting on the upstream, for metrics. */
   upstreamNs: bigint;
+  /** Rate-limit headers every response to this client carries (set at admission). */
+  rateHeaders?: Record<string, string> | null;
 }
 
 export interface Relay {
