@@ -157,6 +157,7 @@ test('the official OpenAI client waits for retry-after-ms and retries a 429 on i
   const out = await client.chat.completions.create({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
   assert.equal(out.object, 'chat.completion');
   assert.equal(seen[0].status, 429, 'the first attempt was refused');
+  assert.ok(Number(seen[0].ms) > 0, 'with retry-after-ms');
   assert.equal(seen.at(-1).status, 200, 'a retry went through');
   const waited = seen[1].at - seen[0].at;
   assert.ok(waited >= Number(seen[0].ms) - 50, `the client waited the retry-after-ms it was given (${waited} ms for ${seen[0].ms} ms)`);
@@ -169,10 +170,10 @@ test('a token limit holds across two instances on one Redis and one PostgreSQL: 
   t.after(async () => { await db.drop(); await clearRedisPrefix(redisPrefix); });
   const opts = { database: db, redis: true, redisPrefix, upstreams: { sim: { sim: { token_delay_ms: 5 } } } };
   const gws = [await startGateway(t, opts), await startGateway(t, opts)];
-  const LIMIT = 1500;
+  const LIMIT = 600;
   const { key, account } = await gws[0].account('5', { tpm: LIMIT, rpm: 1000, concurrency: 100 });
-  // Twenty requests at once, alternating instances, each able to use ~110 tokens (a short prompt, 100 out):
-  // together about 2,200, far past the limit if admission counted only what had settled.
+  // Twenty requests at once, alternating instances, each using ~45 tokens (a short prompt, the sim's answer under max_tokens 100):
+  // together about 900, past the limit if admission counted only what had settled (their worst cases: 20 x ~200).
   const body = chatBody({ max_tokens: 100 });
   const held = Buffer.byteLength(body) + 100;
   const started = Date.now();
@@ -191,4 +192,19 @@ test('a token limit holds across two instances on one Redis and one PostgreSQL: 
   const refill = Math.ceil(LIMIT * elapsed / 60_000);
   assert.ok(used <= LIMIT + refill + overshootAllowance, `used ${used} tokens <= ${LIMIT} + ${refill} refill + ${overshootAllowance}`);
   await assertInvariants(assert, gws[0], account);
+});
+
+test('the CLI sets and clears a key\'s usage limits, and key inspection follows', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const { key, prefix } = await gw.account('1', { tpm: 900 });
+  const set = await gw.cli('key', 'limits', prefix, '--chars-per-min', '300', '--audio-secs-per-min', '120', '--tpm', 'none');
+  assert.deepEqual([set.tpm_limit, set.chars_per_min_limit, set.audio_secs_per_min_limit], [null, 300, 120]);
+  let shown;
+  for (let i = 0; i < 50; i++) {
+    shown = (await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json()).rate_limit;
+    if (shown.characters_per_minute === 300) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.deepEqual(shown, { rpm: 600, concurrency: 32, tpm: null, characters_per_minute: 300, audio_seconds_per_minute: 120 });
+  await assert.rejects(gw.cli('key', 'limits', prefix, '--tpm', '0'), /--tpm must be a positive whole number/);
 });
