@@ -7,6 +7,7 @@ import OpenAI from 'openai';
 import { MemoryLimiter } from '../dist/gate/limits/memory.js';
 import { RedisLimiter } from '../dist/gate/limits/redis.js';
 import { startGateway, freshDatabase, clearRedisPrefix, bearer, chatBody, assertInvariants, REDIS_URL } from './helpers/gateway.mjs';
+import { ConsoleClient } from './browser/client.mjs';
 
 const NOW = new Date().toISOString().slice(0, 7) + '-01';
 const SLOW_SIM = { sim: { sim: { token_delay_ms: 20 } } };
@@ -207,4 +208,27 @@ test('the CLI sets and clears a key\'s usage limits, and key inspection follows'
   }
   assert.deepEqual(shown, { rpm: 600, concurrency: 32, tpm: null, characters_per_minute: 300, audio_seconds_per_minute: 120 });
   await assert.rejects(gw.cli('key', 'limits', prefix, '--tpm', '0'), /--tpm must be a positive whole number/);
+});
+
+test('the console sets a key\'s usage limits on create and edit, shows them, and refuses a bad one saying why', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite' });
+  const c = new ConsoleClient(gw.url);
+  await c.signup(`c${randomBytes(5).toString('hex')}@example.com`);
+  const { key, prefix } = await c.createKey({ tpm: '5000' });
+  const edit = await c.post(`/console/keys/${prefix}`, { label: 'voice', spend_limit: '', period: 'monthly', rpm: '', concurrency: '', tpm: '', chars_per_min: '250', audio_secs_per_min: '90' }, `/console/keys/${prefix}`);
+  assert.equal(edit.status, 303);
+  const list = await c.request('/console/keys');
+  assert.match(list.text, /250 chars\/min · 90 audio s\/min/);
+  const form = await c.request(`/console/keys/${prefix}`);
+  assert.match(form.text, /id="chars_per_min" name="chars_per_min"[^>]*value="250"/);
+  let shown;
+  for (let i = 0; i < 50; i++) {
+    shown = (await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json()).rate_limit;
+    if (shown.characters_per_minute === 250) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.deepEqual([shown.tpm, shown.characters_per_minute, shown.audio_seconds_per_minute], [null, 250, 90]);
+  const bad = await c.post(`/console/keys/${prefix}`, { label: 'voice', period: 'monthly', tpm: 'lots' }, `/console/keys/${prefix}`);
+  assert.equal(bad.status, 422);
+  assert.match(bad.text, /Tokens per minute must be a whole number/);
 });
