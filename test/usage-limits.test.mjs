@@ -232,3 +232,28 @@ test('the console sets a key\'s usage limits on create and edit, shows them, and
   assert.equal(bad.status, 422);
   assert.match(bad.text, /Tokens per minute must be a whole number/);
 });
+
+test('a batch line larger than its key\'s token limit fails with the 429 at once; the lines that fit run', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', env: { TOLLGATE_BATCH_POLL_MS: '50', TOLLGATE_BATCH_LEASE_MS: '1500' }, batches: { concurrency: 1 } });
+  const { key, account } = await gw.account('1', { scopes: 'llm,batch', tpm: 1000 });
+  const line = (i, maxTokens) => JSON.stringify({ custom_id: `req-${i}`, method: 'POST', url: '/v1/chat/completions',
+    body: { model: 'sim-chat', messages: [{ role: 'user', content: 'hello' }], max_tokens: maxTokens } });
+  const form = new FormData();
+  form.append('purpose', 'batch');
+  form.append('file', new Blob([[line(0, 20), line(1, 1001), line(2, 20)].join('\n') + '\n'], { type: 'application/jsonl' }), 'in.jsonl');
+  const file = await (await gw.fetch('/v1/files', { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form })).json();
+  const created = await (await gw.fetch('/v1/batches', { method: 'POST', headers: bearer(key),
+    body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }) })).json();
+  let b;
+  for (const until = Date.now() + 60_000; Date.now() < until; await new Promise((r) => setTimeout(r, 100))) {
+    b = await (await gw.fetch(`/v1/batches/${created.id}`, { headers: bearer(key) })).json();
+    if (['completed', 'failed', 'cancelled', 'expired'].includes(b.status)) break;
+  }
+  assert.equal(b.status, 'completed', JSON.stringify(b.request_counts));
+  assert.deepEqual([b.request_counts.completed, b.request_counts.failed], [2, 1]);
+  const errs = (await (await gw.fetch(`/v1/files/${b.error_file_id}/content`, { headers: bearer(key) })).text()).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  assert.equal(errs[0].custom_id, 'req-1');
+  assert.equal(errs[0].response.status_code, 429);
+  assert.match(errs[0].response.body.error.message, /^Request too large/);
+  await assertInvariants(assert, gw, account);
+});
