@@ -108,6 +108,11 @@ test('a tokens-per-minute key: a 200 carries the requests and tokens headers, a 
 
   const text = await r1.text();
   assert.match(text, /\[DONE\]/);
+  // An error after admission (the upstream failed) carries the headers too, and gives back what it held.
+  const failed = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json', 'x-sim-fail-status': '500' }, body: chatBody({ max_tokens: 10 }) });
+  assert.equal(failed.status, 502);
+  assert.equal(failed.headers.get('x-ratelimit-limit-tokens'), '2000');
+  assert.match(failed.headers.get('ratelimit'), /"tpm";r=\d+/);
   // Unmetered routes carry the requests headers too; key inspection shows the limits.
   const models = await gw.fetch('/v1/models', { headers: bearer(key) });
   assert.equal(models.status, 200);
