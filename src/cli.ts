@@ -45,7 +45,9 @@ const USAGE = `usage: tollgate <command>
   account show ACCOUNT [--json]
   account credit ACCOUNT --amount DOLLARS [--reason TEXT] [--json]
   account sign-in-link ACCOUNT [--json]
-  key create --account ACCOUNT [--label L] [--scopes llm,voice,batch] [--spend-limit DOLLARS --period daily|monthly] [--rpm N] [--concurrency N] [--json]
+  key create --account ACCOUNT [--label L] [--scopes llm,voice,batch] [--spend-limit DOLLARS --period daily|monthly] [--rpm N] [--concurrency N]
+             [--tpm N] [--chars-per-min N] [--audio-secs-per-min N] [--json]
+  key limits PREFIX [--rpm N|none] [--concurrency N|none] [--tpm N|none] [--chars-per-min N|none] [--audio-secs-per-min N|none] [--json]
   key revoke KEY_OR_PREFIX [--json]
   key list --account ACCOUNT [--json]
 ACCOUNT is an account id (acct_...) or its email. Every command takes --config FILE / --data-dir DIR
@@ -190,7 +192,7 @@ async function simCommand(flags: OpArgs): Promise<void> {
 async function operator(command: string, positional: string[], flags: OpArgs): Promise<void> {
   const args: OpArgs = { ...flags };
   if (['account credit', 'account show', 'account sign-in-link'].includes(command)) args.account_id = positional[0];
-  if (command === 'key revoke') args.prefix = positional[0];
+  if (command === 'key revoke' || command === 'key limits') args.prefix = positional[0];
   const config = loadConfig(flags);
   const dir = dataDirOf(flags);
   const local = (db: Db) => runOp({ db, settler: new Settler(db, noListener), baseUrl: baseUrlOf(config, config.listen.port) }, command, args);

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Db } from './store/db.js';
 import { accountById, accountByEmail, accountByEmailAnyCase, createAccount, keySpend, listAccounts, type AccountRecord } from './store/accounts.js';
-import { createKey, keyByHash, keysOfAccount, revokeKey, SCOPES, type KeyRecord, type Period, type Scope } from './store/keys.js';
+import { createKey, keyByHash, keysOfAccount, revokeKey, updateKeyLimits, SCOPES, type KeyLimits, type KeyRecord, type Period, type Scope } from './store/keys.js';
 import { hashKey, KEY_DISPLAY_PREFIX_LEN } from './store/ids.js';
 import { consoleUserFor, createSigninLink, EmailTaken } from './console/store.js';
 import type { Settler } from './ledger/settle.js';
@@ -51,11 +51,26 @@ function posInt(text: string | undefined, name: string): number | null {
   return n;
 }
 
+/** The per-key rate and usage limits given as flags: a whole number, or `none` (when clearing is allowed) for no limit. */
+const LIMIT_FLAGS = [['rpm', 'rpmLimit'], ['concurrency', 'concurrencyLimit'], ['tpm', 'tpmLimit'], ['chars_per_min', 'charsPerMinLimit'],
+  ['audio_secs_per_min', 'audioSecsPerMinLimit']] as const;
+
+function limitFlags(a: OpArgs, clearing: boolean): KeyLimits {
+  const out: KeyLimits = {};
+  for (const [flag, field] of LIMIT_FLAGS) {
+    const text = str(a, flag, false);
+    if (text === undefined) continue;
+    out[field] = clearing && text === 'none' ? null : posInt(text, flag.replace(/_/g, '-'));
+  }
+  return out;
+}
+
 export function keyView(k: KeyRecord, spend?: { day: bigint; month: bigint }): Record<string, unknown> {
   return {
     prefix: k.prefix, label: k.label, account_id: k.accountId, scopes: k.scopes,
     spend_limit: k.spendLimit === null ? null : nanoToDollars(k.spendLimit), spend_limit_period: k.spendLimitPeriod,
     rpm_limit: k.rpmLimit, concurrency_limit: k.concurrencyLimit,
+    tpm_limit: k.tpmLimit, chars_per_min_limit: k.charsPerMinLimit, audio_secs_per_min_limit: k.audioSecsPerMinLimit,
     revoked_at: k.revokedAt?.toISOString() ?? null, created_at: k.createdAt.toISOString(),
     ...(spend ? { usage_daily: nanoToDollars(spend.day), usage_monthly: nanoToDollars(spend.month) } : {}),
   };
@@ -137,7 +152,7 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       const { key, record } = await createKey(d.db, {
         accountId, label: str(a, 'label', false) ?? '', scopes: scopes as Scope[],
         spendLimit: limitText ? dollars(limitText, 'spend-limit') : null, spendLimitPeriod: (period as Period | undefined) ?? 'monthly',
-        rpmLimit: posInt(str(a, 'rpm', false), 'rpm'), concurrencyLimit: posInt(str(a, 'concurrency', false), 'concurrency'),
+        ...limitFlags(a, false),
       });
       d.onKey?.(record);
       return { key, ...keyView(record) };
@@ -149,6 +164,16 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       if (given.length > KEY_DISPLAY_PREFIX_LEN && !whole) throw missing(`no key ${shownKey(given)}: give the whole key or its prefix (the first ${KEY_DISPLAY_PREFIX_LEN} characters)`);
       const prefix = whole?.prefix ?? given;
       const rec = await revokeKey(d.db, prefix);
+      if (!rec) throw missing(`no key with prefix ${prefix}: \`key list --account ACCOUNT\` shows an account's keys`);
+      d.onKey?.(rec);
+      return keyView(rec);
+    }
+    case 'key limits': {
+      // Sets the rate and usage limits of a key by its prefix; `none` removes one (the server's default applies to rpm and concurrency).
+      const prefix = str(a, 'prefix')!.slice(0, KEY_DISPLAY_PREFIX_LEN);
+      const limits = limitFlags(a, true);
+      if (Object.keys(limits).length === 0) throw new OpError('give at least one of --rpm, --concurrency, --tpm, --chars-per-min, --audio-secs-per-min (a whole number, or none)');
+      const rec = await updateKeyLimits(d.db, prefix, limits);
       if (!rec) throw missing(`no key with prefix ${prefix}: \`key list --account ACCOUNT\` shows an account's keys`);
       d.onKey?.(rec);
       return keyView(rec);

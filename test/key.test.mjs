@@ -17,7 +17,7 @@ for (const store of ['postgres', 'pglite']) {
     const before = await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json();
     assert.deepEqual(before, {
       label: 'ci key', prefix, limit: 1.5, limit_remaining: 1.5, limit_reset: 'daily',
-      usage_daily: 0, usage_monthly: 0, rate_limit: { rpm: 120, concurrency: 4 }, balance: 3,
+      usage_daily: 0, usage_monthly: 0, rate_limit: { rpm: 120, concurrency: 4, tpm: null, characters_per_minute: null, audio_seconds_per_minute: null }, balance: 3,
     });
     let spent = 0n;
     for (const extra of [{}, { max_tokens: 5 }, { messages: [{ role: 'user', content: 'A longer prompt, with several words, to change the count.' }] }]) {
@@ -45,5 +45,5 @@ test('a key without a ceiling shows null limits and the default tier', async (t)
   assert.equal(k.limit, null);
   assert.equal(k.limit_remaining, null);
   assert.equal(k.limit_reset, null);
-  assert.deepEqual(k.rate_limit, { rpm: 77, concurrency: 9 });
+  assert.deepEqual(k.rate_limit, { rpm: 77, concurrency: 9, tpm: null, characters_per_minute: null, audio_seconds_per_minute: null });
 });

@@ -35,6 +35,8 @@ export interface ChargeSpec {
   known?: boolean;
   /** The ledger entry's reason (the route). */
   reason: string;
+  /** The response the admission's rate-limit headers go on (every response after it carries them, errors too). */
+  client?: { rateHeaders?: Record<string, string> | null };
 }
 
 /** A running record is written at the first output and then at most this often. */
@@ -65,7 +67,8 @@ export class Charge {
 
   static async open(d: ChargeDeps, spec: ChargeSpec): Promise<Charge> {
     const attempt = base62(12);
-    const hold = await admit(d.admission, spec.key, `${spec.id}/${attempt}`, price(spec.model.prices, spec.worst), true, spec.known === true);
+    const hold = await admit(d.admission, spec.key, `${spec.id}/${attempt}`, price(spec.model.prices, spec.worst), true, spec.known === true, spec.worst);
+    if (spec.client) spec.client.rateHeaders = hold.rateHeaders;
     return new Charge(d, spec, hold, spec.nonce ?? attempt);
   }
 
@@ -138,7 +141,7 @@ export class Charge {
     const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq, opts.reason);
     const { debit } = this.debit(entry, opts.seq);
     try {
-      await this.hold.settle(debit, final, covered);
+      await this.hold.settle(debit, final, covered, u);
     } catch (e) {
       // The durable record could not be written (Redis unreachable): commit now, with the caller waiting.
       log('warn', 'durable settle failed; committing directly', { debit: debit.id, error: String((e as Error)?.message ?? e) });

@@ -37,6 +37,8 @@ export interface Downstream {
   upstreamNs: bigint;
   /** The request's trace, when tracing is on. */
   readonly trace?: ExchangeTrace | null;
+  /** Rate-limit headers every response to this client carries (set at admission). */
+  rateHeaders?: Record<string, string> | null;
 }
 
 /** The GenAI semantic-convention attributes of a settled exchange, and its cost. */

@@ -6,6 +6,8 @@ import { invalidKey } from './auth.js';
 import type { AdmitOutcome, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit } from './limits/types.js';
 import { nanoToDecimal } from '../money.js';
 import type { Metrics } from '../observe/metrics.js';
+import type { Units } from '../ledger/pricing.js';
+import { goDuration, quotaAsks, quotaUse, rateHeaders, retryHeaders, usageLimits } from './rate-headers.js';
 
 /** An admitted request's place in the limiter: its worst-case amount and its concurrency slot. */
 export interface Hold {
@@ -19,7 +21,8 @@ export interface Hold {
   release(): Promise<void>;
   /** Turns the hold into its priced debit (final) or adds a part beside it; resolves once durable. */
   /** Final: the hold becomes the debit. A part: the debit is added and `covered` (default: its amount) comes off the hold. */
-  settle(debit: PendingDebit, final: boolean, covered?: bigint): Promise<void>;
+  /** `used`: the usage billed, taken from the key's per-minute usage limits (a final gives back what admission reserved first). */
+  settle(debit: PendingDebit, final: boolean, covered?: bigint, used?: Units): Promise<void>;
   /** Takes `amount` off the hold (a stretch held for that billed nothing); the slot stays. */
   shrink(amount: bigint): Promise<void>;
   /** Records what the request has produced so far (billed if this process dies); resolves once written (or failed). */
@@ -50,12 +53,12 @@ export function effectiveLimits(key: KeyRecord, d: { defaultRpm: number; default
   return { rpm: key.rpmLimit ?? d.defaultRpm, concurrency: key.concurrencyLimit ?? d.defaultConcurrency };
 }
 
-/** Go-style duration as in OpenAI's x-ratelimit-reset-* headers: "850ms", "1s", "6m0s". */
-export function goDuration(ms: number): string {
-  if (ms < 1000) return `${Math.max(0, Math.ceil(ms))}ms`;
-  const s = Math.ceil(ms / 1000);
-  return s < 60 ? `${s}s` : `${Math.floor(s / 60)}m${s % 60}s`;
-}
+export { goDuration };
+
+/** OpenAI's error type and limit name per usage limit (its 429s say `tokens` for TPM). */
+const QUOTA_TYPE = { t: 'tokens', c: 'characters', a: 'audio_seconds' } as const;
+const QUOTA_NAME = { t: 'tokens per min (TPM)', c: 'characters per min', a: 'audio seconds per min' } as const;
+const shownQ = (dim: 't' | 'c' | 'a', n: number): number => (dim === 'a' ? Math.ceil(n / 1000) : n);
 
 /**
  * A release that did not reach the limiter (Redis unreachable) is tried again in the background for
@@ -124,8 +127,18 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
  * what is left of the balance and of the ceiling (402 saying both figures), unless the operator
  * allows an overdraft. Without `money`, only rpm and concurrency apply (unbilled routes).
  */
-export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true, known = false): Promise<Hold> {
+export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, amount: bigint, money = true, known = false, worst?: Units): Promise<Hold> {
   const { rpm, concurrency } = effectiveLimits(key, d);
+  const usage = usageLimits(key);
+  const quotas = quotaAsks(usage, worst);
+  // A worst case above a limit itself could never be admitted: refused at once, and not worth a retry.
+  const big = quotas.find((q) => q.need > q.limit);
+  if (big) {
+    d.metrics.rejection('request_too_large');
+    throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: QUOTA_TYPE[big.dim],
+      message: `Request too large for key ${key.prefix}... on ${QUOTA_NAME[big.dim]}: Limit ${shownQ(big.dim, big.limit)}, Requested ${shownQ(big.dim, big.need)}. Ask for less (a shorter input, a lower max_tokens) or raise the key's limit.`,
+      headers: { 'x-should-retry': 'false' } });
+  }
   let state;
   try {
     state = money ? await moneyState(d, key)
@@ -139,7 +152,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
   try {
     out = await d.limiter.admit({
       holdId, accountId: key.accountId, keyId: key.id, rpm, concurrency, money, hold: money ? amount : 0n,
-      balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs, cover: known && !d.allowOverdraft,
+      balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs, cover: known && !d.allowOverdraft, ...(quotas.length ? { quotas } : {}),
     });
   } catch {
     // The script may have run and only its answer been lost: a hold placed then must not linger.
@@ -156,19 +169,16 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       case 'rate_limit_exceeded':
         throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${rpm}. Please try again in ${goDuration(out.retryMs)}.`,
-          headers: {
-            'retry-after': String(Math.max(1, Math.ceil(out.retryMs / 1000))),
-            'x-ratelimit-limit-requests': String(rpm), 'x-ratelimit-remaining-requests': '0',
-            'x-ratelimit-reset-requests': goDuration(out.resetMs),
-          } });
+          headers: { ...rateHeaders(rpm, 0, out.resetMs), ...retryHeaders(out.retryMs) } });
       case 'concurrency_limit_exceeded':
         throw new GatewayError({ status: 429, code: 'concurrency_limit_exceeded', type: 'requests', retryable: true,
           message: `Key ${key.prefix}... already has ${out.inFlight} requests in flight, its limit is ${concurrency}. Retry when one finishes.`,
           // The refused request took no token: the request budget is reported as it stands.
-          headers: {
-            'retry-after': '1', 'x-ratelimit-limit-requests': String(rpm),
-            'x-ratelimit-remaining-requests': String(out.remaining), 'x-ratelimit-reset-requests': goDuration(out.resetMs),
-          } });
+          headers: { ...rateHeaders(rpm, out.remaining, out.resetMs), ...retryHeaders(1000) } });
+      case 'quota_exceeded':
+        throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: QUOTA_TYPE[out.quota.dim], retryable: true,
+          message: `Rate limit reached for key ${key.prefix}... on ${QUOTA_NAME[out.quota.dim]}: Limit ${shownQ(out.quota.dim, out.quota.limit)}, Used ${shownQ(out.quota.dim, out.quota.limit - out.quota.remaining)}, Requested ${shownQ(out.quota.dim, out.need)}. Please try again in ${goDuration(out.retryMs)}.`,
+          headers: { ...rateHeaders(rpm, out.remaining, out.resetMs, [out.quota]), ...retryHeaders(out.retryMs) } });
     }
   }
   let open = true;
@@ -178,11 +188,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
   return {
     id: holdId, accountId: key.accountId, keyId: key.id,
     get amount() { return held; },
-    rateHeaders: {
-      'x-ratelimit-limit-requests': String(rpm),
-      'x-ratelimit-remaining-requests': String(out.remaining),
-      'x-ratelimit-reset-requests': goDuration(out.resetMs),
-    },
+    rateHeaders: rateHeaders(rpm, out.remaining, out.resetMs, out.quotas),
     release: async () => {
       if (!close()) return;
       const p = d.limiter.release(key.accountId, holdId)
@@ -191,11 +197,12 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       d.openHolds.releasing.add(p);
       await p;
     },
-    settle: async (debit, final, covered = debit.amount) => {
+    settle: async (debit, final, covered = debit.amount, used) => {
       if (final && !close()) throw new Error(`hold ${holdId} is already closed`);
       if (!final) held -= covered < held ? covered : held;
+      const taken = used ? quotaUse(usage, used) : [];
       try {
-        await d.limiter.settle(holdId, debit, final, covered);
+        await d.limiter.settle(holdId, debit, final, covered, taken.length ? taken : undefined);
       } catch (e) {
         // Not recorded (as far as we know): the caller commits the debit another way; the hold still goes.
         if (final) d.limiter.release(key.accountId, holdId).catch(() => retryRelease(d, key.accountId, holdId, 1));
@@ -230,7 +237,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       if (r.reason === 'rate_limit_exceeded') {
         throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${nowRpm}. Please try again in ${goDuration(r.retryMs)}.`,
-          headers: { 'retry-after': String(Math.max(1, Math.ceil(r.retryMs / 1000))) } });
+          headers: retryHeaders(r.retryMs) });
       }
       if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });
       throw moneyRefused(now, r, more);

@@ -207,8 +207,9 @@ export class BatchWorker {
       else res = failure(new GatewayError({ status: 502, code: 'upstream_malformed_response', type: 'server_error', message: 'The upstream reply was cut short.' }));
     } catch (e) {
       const ge = e instanceof GatewayError ? e : null;
-      if (ge && (ge.status === 429 || (ge.status === 503 && ge.retryable))) {
-        // Rate, concurrency or a store blip: the line waits its turn, it does not fail.
+      // A line larger than a usage limit of its key (429 marked not to retry) fails: waiting would never let it through.
+      if (ge && ((ge.status === 429 && ge.headers?.['x-should-retry'] !== 'false') || (ge.status === 503 && ge.retryable))) {
+        // Rate, concurrency, a usage limit or a store blip: the line waits its turn, it does not fail.
         const retry = Number(ge.headers?.['retry-after'] ?? 1);
         await deferLine(this.s.db, this.owner, l.batchId, l.lineNo, Math.max(1, retry) * 1000);
         return;

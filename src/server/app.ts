@@ -161,7 +161,10 @@ export class Gateway implements FrontEndHost {
         if (route.scope !== 'any') requireScope(ctx.key, route.scope);
         // Every request with a key counts against its rpm and takes an in-flight slot; a metered
         // route admits itself, with its balance and ceiling checks and its hold.
-        if (!route.metered) hold = await admit(this.s.admission, ctx.key, `${ctx.requestId}/${base62(8)}`, 0n, false);
+        if (!route.metered) {
+          hold = await admit(this.s.admission, ctx.key, `${ctx.requestId}/${base62(8)}`, 0n, false);
+          ctx.rateHeaders = hold.rateHeaders;
+        }
       }
       await route.handler(ctx, { params, body: body ? await body : null, stream });
     } catch (e) {

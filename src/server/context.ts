@@ -38,6 +38,8 @@ export class Ctx {
   headersSent = false;
   finished = false;
   upstreamNs = 0n;
+  /** The admission's rate-limit headers: written on every response once the request is admitted (a header given explicitly wins). */
+  rateHeaders: Headers | null = null;
   /** Bytes of the request's header lines as received (names, values, separators). */
   headerBytes = 0;
   /** The error code answered, if the request failed (for the status page's areas). */
@@ -87,6 +89,7 @@ export class Ctx {
       this.res.writeHeader('content-type', contentType);
       this.res.writeHeader('x-request-id', this.requestId);
       if (this.headers[OVERHEAD_ASKED] !== undefined) this.res.writeHeader(OVERHEAD_HEADER, this.overheadMs());
+      this.writeRateHeaders(headers);
       for (const k in headers) {
         const v = headers[k]!;
         for (const one of typeof v === 'string' ? [v] : v) this.res.writeHeader(k, one);
@@ -114,8 +117,14 @@ export class Ctx {
       this.res.writeStatus(statusLine(status));
       this.res.writeHeader('x-request-id', this.requestId);
       if (this.headers[OVERHEAD_ASKED] !== undefined) this.res.writeHeader(OVERHEAD_HEADER, this.overheadMs());
+      this.writeRateHeaders(headers);
       for (const k in headers) this.res.writeHeader(k, headers[k]!);
     });
+  }
+
+  private writeRateHeaders(given: OutHeaders): void {
+    const r = this.rateHeaders;
+    if (r) for (const k in r) if (given[k] === undefined) this.res.writeHeader(k, r[k]!);
   }
 
   /** Writes a chunk; resolves at once, or when the client has drained its backlog (backpressure). */

@@ -18,6 +18,10 @@ export interface KeyRecord {
   spendLimitPeriod: Period | null;
   rpmLimit: number | null;
   concurrencyLimit: number | null;
+  /** Tokens per minute (text: prompt and output), characters per minute (speech synthesis), audio seconds per minute (transcription, speech to speech); null: none. */
+  tpmLimit: number | null;
+  charsPerMinLimit: number | null;
+  audioSecsPerMinLimit: number | null;
   revokedAt: Date | null;
   createdAt: Date;
   version: bigint;
@@ -31,10 +35,13 @@ export interface NewKey {
   spendLimitPeriod?: Period | null;
   rpmLimit?: number | null;
   concurrencyLimit?: number | null;
+  tpmLimit?: number | null;
+  charsPerMinLimit?: number | null;
+  audioSecsPerMinLimit?: number | null;
 }
 
 const COLS = `id, account_id, prefix, key_hash, label, scopes, spend_limit_nd, spend_limit_period, rpm_limit,
-  concurrency_limit, revoked_at, created_at, version`;
+  concurrency_limit, tpm_limit, chars_per_min_limit, audio_secs_per_min_limit, revoked_at, created_at, version`;
 
 export function toKey(r: Record<string, unknown>): KeyRecord {
   return {
@@ -43,6 +50,8 @@ export function toKey(r: Record<string, unknown>): KeyRecord {
     spendLimit: (r.spend_limit_nd as Nanodollars | null) ?? null,
     spendLimitPeriod: (r.spend_limit_period as Period | null) ?? null,
     rpmLimit: (r.rpm_limit as number | null) ?? null, concurrencyLimit: (r.concurrency_limit as number | null) ?? null,
+    tpmLimit: (r.tpm_limit as number | null) ?? null, charsPerMinLimit: (r.chars_per_min_limit as number | null) ?? null,
+    audioSecsPerMinLimit: (r.audio_secs_per_min_limit as number | null) ?? null,
     revokedAt: (r.revoked_at as Date | null) ?? null, createdAt: r.created_at as Date, version: r.version as bigint,
   };
 }
@@ -53,10 +62,12 @@ export async function createKey(db: Queryable, k: NewKey): Promise<{ key: string
     const material = newApiKey();
     try {
       const res = await db.query(
-        `INSERT INTO api_keys (id, account_id, prefix, key_hash, label, scopes, spend_limit_nd, spend_limit_period, rpm_limit, concurrency_limit)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) RETURNING ${COLS}`,
+        `INSERT INTO api_keys (id, account_id, prefix, key_hash, label, scopes, spend_limit_nd, spend_limit_period, rpm_limit, concurrency_limit,
+           tpm_limit, chars_per_min_limit, audio_secs_per_min_limit)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) RETURNING ${COLS}`,
         [newId('key'), k.accountId, material.prefix, material.hash, k.label ?? '', k.scopes ?? ['llm', 'voice', 'batch'],
-          k.spendLimit ?? null, k.spendLimit == null ? null : k.spendLimitPeriod ?? 'monthly', k.rpmLimit ?? null, k.concurrencyLimit ?? null],
+          k.spendLimit ?? null, k.spendLimit == null ? null : k.spendLimitPeriod ?? 'monthly', k.rpmLimit ?? null, k.concurrencyLimit ?? null,
+          k.tpmLimit ?? null, k.charsPerMinLimit ?? null, k.audioSecsPerMinLimit ?? null],
       );
       return { key: material.key, record: toKey(res.rows[0]!) };
     } catch (e) {
@@ -94,6 +105,9 @@ export interface KeyLimits {
   spendLimitPeriod?: Period | null;
   rpmLimit?: number | null;
   concurrencyLimit?: number | null;
+  tpmLimit?: number | null;
+  charsPerMinLimit?: number | null;
+  audioSecsPerMinLimit?: number | null;
 }
 
 export async function updateKeyLimits(db: Queryable, prefix: string, l: KeyLimits): Promise<KeyRecord | null> {
@@ -107,6 +121,9 @@ export async function updateKeyLimits(db: Queryable, prefix: string, l: KeyLimit
   }
   if (l.rpmLimit !== undefined) set('rpm_limit', l.rpmLimit);
   if (l.concurrencyLimit !== undefined) set('concurrency_limit', l.concurrencyLimit);
+  if (l.tpmLimit !== undefined) set('tpm_limit', l.tpmLimit);
+  if (l.charsPerMinLimit !== undefined) set('chars_per_min_limit', l.charsPerMinLimit);
+  if (l.audioSecsPerMinLimit !== undefined) set('audio_secs_per_min_limit', l.audioSecsPerMinLimit);
   if (sets.length === 0) return keyByPrefix(db, prefix);
   const res = await db.query(`UPDATE api_keys SET ${sets.join(', ')} WHERE prefix = $1 RETURNING ${COLS}`, params);
   return res.rows[0] ? toKey(res.rows[0]) : null;

@@ -145,6 +145,9 @@ export async function startGateway(t, options = {}) {
       if (o.spendLimit) a.push('--spend-limit', String(o.spendLimit), '--period', o.period ?? 'monthly');
       if (o.rpm) a.push('--rpm', String(o.rpm));
       if (o.concurrency) a.push('--concurrency', String(o.concurrency));
+      if (o.tpm) a.push('--tpm', String(o.tpm));
+      if (o.charsPerMin) a.push('--chars-per-min', String(o.charsPerMin));
+      if (o.audioSecsPerMin) a.push('--audio-secs-per-min', String(o.audioSecsPerMin));
       return gw.cli(...a);
     },
     fetch(path, init = {}) {

@@ -3,7 +3,11 @@ import { SCOPES, type Period, type Scope } from '../../store/keys.js';
 import { dollarsToNano, nanoToDecimal, type Nanodollars } from '../../money.js';
 import { attr, html, type Html } from '../html.js';
 
-export interface KeyFields { label: string; scopes: string[]; spendLimit: string; period: string; rpm: string; concurrency: string }
+export interface KeyFields {
+  label: string; scopes: string[]; spendLimit: string; period: string; rpm: string; concurrency: string;
+  /** Per-minute usage limits: tokens (text), characters (speech), audio seconds (transcription); empty is none. */
+  tpm: string; charsPerMin: string; audioSecsPerMin: string;
+}
 
 export interface KeyInput {
   label: string;
@@ -12,31 +16,39 @@ export interface KeyInput {
   period: Period;
   rpm: number | null;
   concurrency: number | null;
+  tpm: number | null;
+  charsPerMin: number | null;
+  audioSecsPerMin: number | null;
 }
 
 const SCOPE_HELP: Record<Scope, string> = { llm: 'text and embeddings', voice: 'speech', batch: 'batch jobs' };
 const MAX_RPM = 1_000_000;
 const MAX_CONCURRENCY = 100_000;
+/** The database column is a 32-bit integer. */
+const MAX_USAGE = 2_000_000_000;
 
-export const EMPTY_FIELDS: KeyFields = { label: '', scopes: [...SCOPES], spendLimit: '', period: 'monthly', rpm: '', concurrency: '' };
+export const EMPTY_FIELDS: KeyFields = { label: '', scopes: [...SCOPES], spendLimit: '', period: 'monthly', rpm: '', concurrency: '', tpm: '', charsPerMin: '', audioSecsPerMin: '' };
 
 export function fieldsFromForm(f: URLSearchParams): KeyFields {
   return {
     label: (f.get('label') ?? '').trim(), scopes: f.getAll('scopes'), spendLimit: (f.get('spend_limit') ?? '').trim(),
     period: f.get('period') ?? 'monthly', rpm: (f.get('rpm') ?? '').trim(), concurrency: (f.get('concurrency') ?? '').trim(),
+    tpm: (f.get('tpm') ?? '').trim(), charsPerMin: (f.get('chars_per_min') ?? '').trim(), audioSecsPerMin: (f.get('audio_secs_per_min') ?? '').trim(),
   };
 }
 
-export function fieldsFromKey(k: { label: string; scopes: Scope[]; spendLimit: bigint | null; spendLimitPeriod: Period | null; rpmLimit: number | null; concurrencyLimit: number | null }): KeyFields {
+export function fieldsFromKey(k: { label: string; scopes: Scope[]; spendLimit: bigint | null; spendLimitPeriod: Period | null; rpmLimit: number | null; concurrencyLimit: number | null;
+  tpmLimit: number | null; charsPerMinLimit: number | null; audioSecsPerMinLimit: number | null }): KeyFields {
   return {
     label: k.label, scopes: k.scopes, spendLimit: k.spendLimit === null ? '' : nanoToDecimal(k.spendLimit),
     period: k.spendLimitPeriod ?? 'monthly', rpm: k.rpmLimit?.toString() ?? '', concurrency: k.concurrencyLimit?.toString() ?? '',
+    tpm: k.tpmLimit?.toString() ?? '', charsPerMin: k.charsPerMinLimit?.toString() ?? '', audioSecsPerMin: k.audioSecsPerMinLimit?.toString() ?? '',
   };
 }
 
-function optionalInt(text: string, name: string, max: number): number | null {
+function optionalInt(text: string, name: string, max: number, empty = 'the default'): number | null {
   if (text === '') return null;
-  if (!/^\d+$/.test(text) || Number(text) < 1 || Number(text) > max) throw new RangeError(`${name} must be a whole number from 1 to ${max.toLocaleString('en-US')}, or empty for the default.`);
+  if (!/^\d+$/.test(text) || Number(text) < 1 || Number(text) > max) throw new RangeError(`${name} must be a whole number from 1 to ${max.toLocaleString('en-US')}, or empty for ${empty}.`);
   return Number(text);
 }
 
@@ -58,6 +70,8 @@ export function parseKeyFields(v: KeyFields, withScopes: boolean): KeyInput {
   return {
     label: v.label, scopes: scopes as Scope[], spendLimit, period: v.period,
     rpm: optionalInt(v.rpm, 'Requests per minute', MAX_RPM), concurrency: optionalInt(v.concurrency, 'Concurrent requests', MAX_CONCURRENCY),
+    tpm: optionalInt(v.tpm, 'Tokens per minute', MAX_USAGE, 'no limit'), charsPerMin: optionalInt(v.charsPerMin, 'Characters per minute', MAX_USAGE, 'no limit'),
+    audioSecsPerMin: optionalInt(v.audioSecsPerMin, 'Audio seconds per minute', MAX_USAGE, 'no limit'),
   };
 }
 
@@ -71,5 +85,8 @@ ${scopes}
 <option value="monthly"${attr('selected', v.period !== 'daily')}>per month (UTC)</option><option value="daily"${attr('selected', v.period === 'daily')}>per day (UTC)</option></select></div>
 <div class="field"><label for="rpm">Requests per minute</label><input id="rpm" name="rpm" type="text" inputmode="numeric" value="${v.rpm}" placeholder="default (${defaults.rpm})"></div>
 <div class="field"><label for="concurrency">Concurrent requests</label><input id="concurrency" name="concurrency" type="text" inputmode="numeric" value="${v.concurrency}" placeholder="default (${defaults.concurrency})"></div></div>
-<p class="hint form-hint">With a ceiling, requests are refused once the key has spent that much in the period. Empty rate fields use the defaults.</p>`;
+<div class="row"><div class="field"><label for="tpm">Tokens per minute</label><input id="tpm" name="tpm" type="text" inputmode="numeric" value="${v.tpm}" placeholder="no limit"></div>
+<div class="field"><label for="chars_per_min">Characters per minute (speech)</label><input id="chars_per_min" name="chars_per_min" type="text" inputmode="numeric" value="${v.charsPerMin}" placeholder="no limit"></div>
+<div class="field"><label for="audio_secs_per_min">Audio seconds per minute (transcription)</label><input id="audio_secs_per_min" name="audio_secs_per_min" type="text" inputmode="numeric" value="${v.audioSecsPerMin}" placeholder="no limit"></div></div>
+<p class="hint form-hint">With a ceiling, requests are refused once the key has spent that much in the period. Empty rate fields use the defaults; empty usage limits mean none.</p>`;
 }

@@ -76,7 +76,7 @@ export async function audioExchange(s: Services, ctx: Ctx, x: {
   meter?: Meter; convert?: (res: IncomingMessage) => ReplyBody;
 }): Promise<void> {
   const charge = await Charge.open(s, {
-    key: ctx.key!, id: ctx.requestId, model: x.model, reason: ctx.routeName,
+    key: ctx.key!, id: ctx.requestId, client: ctx, model: x.model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: x.bill.characters ?? 0, audioInMs: x.bill.audioInMs ?? 0, audioOutMs: 0 },
     // The characters to speak, or the audio measured before the hold, are known: a hold the balance cannot cover is refused.
     known: true,

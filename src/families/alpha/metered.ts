@@ -53,7 +53,7 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   const tasks = x.tasks ?? 1;
   // Every task of a per-task upstream reads the whole prompt and is billed it: the hold covers each.
   const charge = await Charge.open(s, {
-    key: ctx.key!, id: ctx.debit?.id ?? ctx.requestId, nonce: ctx.debit?.nonce, reason: ctx.routeName,
+    key: ctx.key!, id: ctx.debit?.id ?? ctx.requestId, client: ctx, nonce: ctx.debit?.nonce, reason: ctx.routeName,
     model: ctx.debit?.batch ? { id: x.model.id, prices: x.model.batchPrices } : x.model,
     worst: { inputTokens: x.body.length * (up.usagePerTask ? tasks : 1), outputTokens: x.maxOutputTokens, characters: 0, audioInMs: 0, audioOutMs: 0 },
     known: x.bounded === true,

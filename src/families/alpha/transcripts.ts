@@ -85,7 +85,7 @@ async function rendered(s: Services, ctx: Ctx, x: { model: ModelConfig; path: st
   const grains = plan.ask === 'verbose_json' ? ['segment'] : undefined;
   const up = formBody(x.form, caps.modelField, model.upstreamModel, { response_format: [plan.ask], stream: undefined, 'timestamp_granularities[]': grains });
   const charge = await Charge.open(s, {
-    key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
+    key: ctx.key!, id: ctx.requestId, client: ctx, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: x.audioMs, audioOutMs: 0 },
 
     // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).

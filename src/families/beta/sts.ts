@@ -63,7 +63,7 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   // Raw PCM is measured by its length and goes on with input_format saying so; a container declared raw is refused by name.
   const audioMs = fileFormat === 'pcm_s16le_16' ? measureRawPcm(audio.data, 'audio', (m) => field422('file_format', m)).durationMs : await measure(audio.data, 'audio');
   const charge = await Charge.open(s, {
-    key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
+    key: ctx.key!, id: ctx.requestId, client: ctx, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },
 
     // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).

@@ -57,7 +57,7 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
   const audioMs = rawPcm ? measureRawPcm(file.data, 'file', (m) => field422('file_format', m)).durationMs : await measure(file.data, 'file');
   const language = form.field('language_code') || null;
   const charge = await Charge.open(s, {
-    key: ctx.key!, id: ctx.requestId, model, reason: ctx.routeName,
+    key: ctx.key!, id: ctx.requestId, client: ctx, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: audioMs, audioOutMs: 0 },
 
     // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).

@@ -55,7 +55,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   const extra = speechParams(s.models.models, target.model, req);
   const plan = production(format, s.upstreams.config(target.model.upstream).speech, !stream);
   const charge = await Charge.open(s, {
-    key: ctx.key!, id: ctx.requestId, model: target.model, reason: ctx.routeName,
+    key: ctx.key!, id: ctx.requestId, client: ctx, model: target.model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 }, known: true,
   });
   // `extra` carries voice_settings.speed as OpenAI's `speed` (speech-params.ts).

@@ -25,7 +25,8 @@ export function keyRoutes(s: Services): Route[] {
         limit_reset: key.spendLimitPeriod,
         usage_daily: nanoToDollars(spend.day),
         usage_monthly: nanoToDollars(spend.month),
-        rate_limit: effectiveLimits(key, s.admission),
+        // rpm and concurrency (the server's defaults when the key sets none), and the per-minute usage limits (null: none).
+        rate_limit: { ...effectiveLimits(key, s.admission), tpm: key.tpmLimit, characters_per_minute: key.charsPerMinLimit, audio_seconds_per_minute: key.audioSecsPerMinLimit },
         balance: nanoToDollars(balance),
       });
     },

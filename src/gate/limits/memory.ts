@@ -1,6 +1,7 @@
 // The in-process limiter: the same admission, hold and pending-debit rules as the Redis scripts, for a single instance.
 import type { DebitJournal } from '../../ledger/journal.js';
-import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit } from './types.js';
+import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit, QuotaAsk, QuotaUse } from './types.js';
+import { QuotaBuckets } from './quota.js';
 
 interface Bucket { tokens: number; ts: number }
 interface Spend { start: string; spent: bigint; version: bigint }
@@ -8,7 +9,7 @@ interface Account {
   /** Open holds plus pending debits. */
   total: bigint;
   byKey: Map<string, { amount: bigint; n: number }>;
-  holds: Map<string, { keyId: string; amount: bigint; exp: number }>;
+  holds: Map<string, { keyId: string; amount: bigint; exp: number; quotas?: QuotaAsk[] }>;
   pending: Map<string, { keyId: string; amount: bigint }>;
   balance: { amount: bigint; version: bigint } | null;
   spends: Map<string, Spend>;
@@ -17,6 +18,7 @@ interface Account {
 export class MemoryLimiter implements Limiter {
   readonly kind = 'memory' as const;
   private readonly buckets = new Map<string, Bucket>();
+  private readonly quotas = new QuotaBuckets();
   private readonly accounts = new Map<string, Account>();
   /** Holds with a running record in the journal (released holds must cancel it). */
   private readonly progressed = new Set<string>();
@@ -50,12 +52,18 @@ export class MemoryLimiter implements Limiter {
       b.tokens = tokens; b.ts = now; this.buckets.set(i.keyId, b);
       return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: mine.n, remaining: Math.floor(tokens), resetMs: Math.ceil((i.rpm - tokens) / rate) };
     }
+    const short = i.quotas?.length ? this.quotas.refusal(i.keyId, i.quotas, now) : null;
+    if (short) {
+      b.tokens = tokens; b.ts = now; this.buckets.set(i.keyId, b);
+      return { ok: false, reason: 'quota_exceeded', ...short, remaining: Math.floor(tokens), resetMs: Math.ceil((i.rpm - tokens) / rate) };
+    }
+    const quotas = i.quotas?.length ? this.quotas.take(i.keyId, i.quotas, now) : undefined;
     b.tokens = tokens - 1; b.ts = now; this.buckets.set(i.keyId, b);
     mine.amount += i.hold; mine.n += 1;
     acct.byKey.set(i.keyId, mine);
     acct.total += i.hold;
-    acct.holds.set(i.holdId, { keyId: i.keyId, amount: i.hold, exp: now + i.ttlMs });
-    return { ok: true, remaining: Math.floor(b.tokens), resetMs: Math.ceil((i.rpm - b.tokens) / rate) };
+    acct.holds.set(i.holdId, { keyId: i.keyId, amount: i.hold, exp: now + i.ttlMs, ...(i.quotas?.length ? { quotas: i.quotas } : {}) });
+    return { ok: true, remaining: Math.floor(b.tokens), resetMs: Math.ceil((i.rpm - b.tokens) / rate), ...(quotas ? { quotas } : {}) };
   }
 
   async extend(i: ExtendInput): Promise<ExtendOutcome> {
@@ -111,16 +119,19 @@ export class MemoryLimiter implements Limiter {
     if (this.progressed.delete(holdId)) this.journal?.committed([holdId]);
   }
 
-  async settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount): Promise<void> {
+  async settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount, used?: QuotaUse): Promise<void> {
     // The journal line first: once it is written, the debit survives this process.
     this.journal?.record(d.id, d.entry);
     const acct = this.account(d.accountId);
+    const again = acct.pending.has(d.id);
     if (final) {
       this.drop(acct, holdId);
       if (this.progressed.delete(holdId) && d.id !== holdId) this.journal?.committed([holdId]);
-    } else if (!acct.pending.has(d.id)) {
+    } else if (!again) {
       this.shrinkHold(acct, holdId, covered);
     }
+    // After the final's refund (in drop): what was used comes off the key's buckets.
+    if (used?.length && !again) this.quotas.take(d.keyId, used, Date.now());
     this.addPending(acct, d);
   }
 
@@ -217,6 +228,7 @@ export class MemoryLimiter implements Limiter {
     const h = acct.holds.get(holdId);
     if (!h) return;
     acct.holds.delete(holdId);
+    if (h.quotas) this.quotas.give(h.keyId, h.quotas, Date.now());
     acct.total -= h.amount;
     const k = acct.byKey.get(h.keyId);
     if (k) { k.amount -= h.amount; k.n -= 1; if (k.n === 0 && k.amount === 0n) acct.byKey.delete(h.keyId); }
@@ -225,6 +237,7 @@ export class MemoryLimiter implements Limiter {
   private sweep(now: number): void {
     this.sweepAt = now + 60_000;
     for (const [id, b] of this.buckets) if (now - b.ts > 120_000) this.buckets.delete(id);
+    this.quotas.sweep(now);
     for (const [id, a] of this.accounts) if (a.holds.size === 0 && a.pending.size === 0) this.accounts.delete(id);
   }
 }

@@ -1,7 +1,7 @@
 // The Redis limiter: admission, holds and pending debits in Lua scripts, so many instances agree and a dead one loses nothing.
 import { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
-import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, PendingDebit } from './types.js';
+import { quotaArg, type AdmitInput, type AdmitOutcome, type CommittedState, type ExtendInput, type ExtendOutcome, type Limiter, type PendingDebit, type QuotaDim, type QuotaState, type QuotaUse } from './types.js';
 
 // Per account, under one hash tag:
 //   sum   hash: total (holds + pending debits), a:<key> (the key's share), n:<key> (its requests in flight),
@@ -17,6 +17,39 @@ local function add(sum, k, amt)
   if redis.call('HINCRBY', sum, 'a:' .. k, amt) == 0 then redis.call('HDEL', sum, 'a:' .. k) end
 end
 local function neg(amt) return '-' .. amt end
+-- A key's per-minute usage buckets (tokens, characters, audio ms), under the account's hash tag:
+--   <base>:q:<key> hash: <dim>v (level) and <dim>s (its time, ms); full at the limit, refilled at the limit per minute.
+--   <base>:resv hash: hold id -> "key|dim:limit:need,..." (what its admission took; given back when the hold is dropped).
+-- Their names derive from the account's sum key (same slot); specs are "dim:limit:n" lists.
+local function qbase(sum) return string.sub(sum, 1, -9) end
+local function qnow() local t = redis.call('TIME'); return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+local function qlevel(qk, d, limit, now)
+  local b = redis.call('HMGET', qk, d .. 'v', d .. 's')
+  local v = tonumber(b[1]) or limit
+  return math.min(limit, v + math.max(0, now - (tonumber(b[2]) or now)) * limit / 60000)
+end
+local function qset(qk, d, limit, v, now)
+  redis.call('HSET', qk, d .. 'v', tostring(v), d .. 's', tostring(now))
+  -- Kept until full again (a level below zero takes longer), and a minute more.
+  redis.call('PEXPIRE', qk, math.ceil((limit - v) * 60000 / limit) + 60000)
+end
+-- Adds sign * n to each bucket of the spec, never above full.
+local function qmove(sum, k, spec, sign, now)
+  if spec == nil or spec == '' then return end
+  local qk = qbase(sum) .. ':q:' .. k
+  for d, l, n in string.gmatch(spec, '(%a):(%d+):(%d+)') do
+    local limit = tonumber(l)
+    qset(qk, d, limit, math.min(limit, qlevel(qk, d, limit, now) + sign * tonumber(n)), now)
+  end
+end
+local function qrefund(sum, r)
+  local resv = qbase(sum) .. ':resv'
+  local rec = redis.call('HGET', resv, r)
+  if not rec then return end
+  redis.call('HDEL', resv, r)
+  local k, spec = string.match(rec, '^([^|]*)|(.*)$')
+  qmove(sum, k, spec, 1, qnow())
+end
 -- The pending (priced, uncommitted) part of total, by account and by key: what key inspection reports.
 local function pending(sum, k, amt)
   if amt == '0' or amt == '-0' then return end
@@ -25,6 +58,7 @@ local function pending(sum, k, amt)
 end
 -- Frees a hold: its amount, its slot, its running record. Returns its key id and amount, or nil.
 local function drop(sum, holds, exp, run, r)
+  qrefund(sum, r)
   local rec = redis.call('HGET', holds, r)
   redis.call('ZREM', exp, r)
   redis.call('HDEL', run, r)
@@ -70,7 +104,7 @@ local function idle_expiry(sum, pend, ms)
 end
 `;
 
-// KEYS: sum holds exp run pend bucket. ARGV: hold key amount rpm conc money bal bver ceiling field start spent sver ttl owner cover
+// KEYS: sum holds exp run pend bucket. ARGV: hold key amount rpm conc money bal bver ceiling field start spent sver ttl owner cover quotas
 const ADMIT = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -99,6 +133,28 @@ if mineN >= conc then
   redis.call('PEXPIRE', rb, 120000)
   return {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
 end
+local qspec, qout = ARGV[17], {}
+if qspec ~= '' then
+  local qk = qbase(sum) .. ':q:' .. kid
+  for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+    local limit, need = tonumber(l), tonumber(n)
+    local v = qlevel(qk, d, limit, now)
+    if v < need then
+      redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
+      redis.call('PEXPIRE', rb, 120000)
+      return {5, d, math.floor(v), math.ceil((limit - v) * 60000 / limit), math.ceil((need - v) * 60000 / limit), math.floor(tokens), math.ceil((rpm - tokens) / rate)}
+    end
+  end
+  for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+    local limit = tonumber(l)
+    local v = qlevel(qk, d, limit, now) - tonumber(n)
+    qset(qk, d, limit, v, now)
+    table.insert(qout, d); table.insert(qout, math.floor(v)); table.insert(qout, math.ceil((limit - v) * 60000 / limit))
+  end
+  local resv = qbase(sum) .. ':resv'
+  redis.call('HSET', resv, rid, kid .. '|' .. qspec)
+  redis.call('PEXPIRE', resv, ttl + 60000)
+end
 tokens = tokens - 1
 redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
 redis.call('PEXPIRE', rb, 120000)
@@ -108,7 +164,7 @@ add(sum, kid, hold)
 redis.call('HINCRBY', sum, 'n:' .. kid, 1)
 for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, ttl + 60000) end
 idle_expiry(sum, pend, ttl + 60000)
-return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
+return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}
 `;
 
 // KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token) cover
@@ -159,10 +215,11 @@ for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
 return #ARGV
 `;
 
-// KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final
+// KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final covered used
 const SETTLE = `${LIB}
 local owner = ARGV[1]
-for i = 2, #ARGV, 7 do
+local now = qnow()
+for i = 2, #ARGV, 8 do
   -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
   local prior = redis.call('HGET', KEYS[5], ARGV[i + 1])
   if ARGV[i + 5] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i])
@@ -178,6 +235,8 @@ for i = 2, #ARGV, 7 do
       end
     end
   end
+  -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
+  if not prior then qmove(KEYS[1], ARGV[i + 2], ARGV[i + 7], -1, now) end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
     add(KEYS[1], pk, neg(pa))
@@ -279,7 +338,7 @@ interface Batch<T> { items: T[]; done: Promise<void>; settle(err?: unknown): voi
 
 /**
  * The most items one script call carries: a turn's batch for one account goes in calls of at most this
- * many. The arguments are spread onto the stack: 9,900 streams ending in one turn (7 arguments a settle)
+ * many. The arguments are spread onto the stack: 9,900 streams ending in one turn (8 arguments a settle)
  * overflowed it ("Maximum call stack size exceeded"), and each debit fell back to a direct commit.
  */
 const MAX_PER_CALL = 500;
@@ -301,7 +360,7 @@ export class RedisLimiter implements Limiter {
   readonly owner = `i${randomBytes(6).toString('hex')}`;
   private readonly redis: Scripted;
   private releases = new Map<string, Batch<string>>();
-  private settles = new Map<string, Batch<[string, PendingDebit, boolean, bigint]>>();
+  private settles = new Map<string, Batch<[string, PendingDebit, boolean, bigint, string]>>();
   private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
   /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
   private readonly listed = new Set<string>();
@@ -378,9 +437,22 @@ export class RedisLimiter implements Limiter {
     const r = await this.redis.tgAdmit(sum, holds, exp, run, pend, `${this.prefix}rpm:${i.keyId}`,
       i.holdId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.money ? '1' : '0',
       i.balance.amount.toString(), i.balance.version.toString(), i.ceiling === null ? '' : i.ceiling.toString(),
-      field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs), this.owner, i.cover ? '1' : '');
+      field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs), this.owner, i.cover ? '1' : '', quotaArg(i.quotas));
     switch (r[0]) {
-      case 0: return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]) };
+      case 0: {
+        if (r.length <= 3) return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]) };
+        const quotas: QuotaState[] = [];
+        for (let j = 3; j + 2 < r.length; j += 3) {
+          const dim = r[j] as QuotaDim;
+          quotas.push({ dim, limit: i.quotas!.find((q) => q.dim === dim)!.limit, remaining: Math.max(0, Number(r[j + 1])), resetMs: Number(r[j + 2]) });
+        }
+        return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]), quotas };
+      }
+      case 5: {
+        const q = i.quotas!.find((x) => x.dim === r[1])!;
+        return { ok: false, reason: 'quota_exceeded', quota: { dim: q.dim, limit: q.limit, remaining: Math.max(0, Number(r[2])), resetMs: Number(r[3]) },
+          need: q.need, retryMs: Number(r[4]), remaining: Number(r[5]), resetMs: Number(r[6]) };
+      }
       case 1: return { ok: false, reason: 'insufficient_balance', available: BigInt(r[1]!) };
       case 2: return { ok: false, reason: 'key_spend_limit_reached', available: BigInt(r[1]!) };
       case 3: return { ok: false, reason: 'rate_limit_exceeded', remaining: 0, resetMs: Number(r[2]), retryMs: Number(r[3]) };
@@ -428,9 +500,9 @@ export class RedisLimiter implements Limiter {
   }
 
   /** Like releases, the turn's settles of one account go as one script call; each resolves once Redis has it. */
-  settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount): Promise<void> {
+  settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount, used?: QuotaUse): Promise<void> {
     this.list(d.accountId);
-    return this.queue(this.settles, d.accountId, [holdId, d, final, covered], () => this.flushSettles());
+    return this.queue(this.settles, d.accountId, [holdId, d, final, covered, quotaArg(used)], () => this.flushSettles());
   }
 
   private flushSettles(): void {
@@ -439,7 +511,7 @@ export class RedisLimiter implements Limiter {
     for (const [accountId, b] of due) {
       inCalls(b.items, (part) => {
         const args: string[] = [this.owner];
-        for (const [holdId, d, final, covered] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString());
+        for (const [holdId, d, final, covered, used] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString(), used);
         return this.redis.tgSettle(...this.keys(accountId), ...args);
       }).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }

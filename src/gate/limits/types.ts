@@ -25,6 +25,26 @@ export interface AdmitInput {
    * remainder), not only find both above zero.
    */
   cover?: boolean;
+  /**
+   * The key's per-minute usage limits this request reserves under (only those set): each must have
+   * `need` left in its bucket, which it then holds until the hold is dropped (refunded) and settled
+   * (what was used taken).
+   */
+  quotas?: QuotaAsk[];
+}
+
+/** A per-minute usage limit: t = tokens (text), c = characters (speech synthesis), a = audio milliseconds (transcription, speech to speech). */
+export type QuotaDim = 't' | 'c' | 'a';
+/** A limit and this request's worst case under it, in the dimension's unit (audio: milliseconds). */
+export interface QuotaAsk { dim: QuotaDim; limit: number; need: number }
+/** A bucket after admission: what is left now and the time until it is full again. */
+export interface QuotaState { dim: QuotaDim; limit: number; remaining: number; resetMs: number }
+/** What a request used under each limit of its key (settled against the buckets after the hold's refund). */
+export type QuotaUse = QuotaAsk[];
+
+/** `t:limit:n,c:limit:n`: the string the Redis scripts read. */
+export function quotaArg(q: readonly QuotaAsk[] | undefined): string {
+  return q ? q.map((x) => `${x.dim}:${x.limit}:${Math.max(0, Math.ceil(x.need))}`).join(',') : '';
 }
 
 export type ExtendInput = Pick<AdmitInput, 'holdId' | 'accountId' | 'keyId' | 'balance' | 'ceiling' | 'spent' | 'ttlMs' | 'cover'> & {
@@ -43,8 +63,10 @@ export type ExtendOutcome =
   | { ok: false; reason: 'rate_limit_exceeded'; retryMs: number };
 
 export type AdmitOutcome =
-  | { ok: true; remaining: number; resetMs: number }
+  | { ok: true; remaining: number; resetMs: number; quotas?: QuotaState[] }
   | MoneyRefusal
+  /** A per-minute usage limit had less than `need` left; rpm and concurrency allowed the request (no token taken). */
+  | { ok: false; reason: 'quota_exceeded'; quota: QuotaState; need: number; retryMs: number; remaining: number; resetMs: number }
   | { ok: false; reason: 'rate_limit_exceeded'; remaining: number; resetMs: number; retryMs: number }
   | { ok: false; reason: 'concurrency_limit_exceeded'; inFlight: number; remaining: number; resetMs: number };
 
@@ -88,9 +110,10 @@ export interface Limiter {
    * Redis in the same script that frees the hold, in process through an append-only journal.
    * A part takes `covered` off the hold (the stretch of it the part used, never below zero), so a
    * session's hold plus its pending parts never count the same work twice. Resolves once it is
-   * durable; the ledger commit comes after.
+   * durable; the ledger commit comes after. A final settle refunds the hold's reserved quotas; then
+   * (final or not) `used` is taken from the key's buckets, in the same script.
    */
-  settle(holdId: string, debit: PendingDebit, final: boolean, covered?: bigint): Promise<void>;
+  settle(holdId: string, debit: PendingDebit, final: boolean, covered?: bigint, used?: QuotaUse): Promise<void>;
   /**
    * Records what an open hold has produced so far, so that a crash still bills it. Best effort: the
    * promise resolves once the record is written, or once writing it failed; it never rejects.
