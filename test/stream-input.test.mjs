@@ -216,6 +216,28 @@ test('a socket dropped after the first generation is billed for what was generat
   await assertInvariants(assert, gw, account);
 });
 
+test('a client that leaves mid-generation stops it: billed the characters of the audio sent, not the whole text', async () => {
+  const gw = await gateway();
+  const { key, account } = await gw.account('1');
+  const before = await balanceNano(gw, account);
+  // sim speaks slowly here (150 ms a piece): the client has heard the first frame long before the end
+  const text = 'A long sentence that the client will not stay to hear to its end, spoken slowly piece by piece by the simulated upstream. ';
+  const r = await session(gw, 'output_format=pcm_16000&model_id=sim-tts', { 'xi-api-key': key, 'x-sim-token-delay-ms': '150' }, [
+    { text: ' ' }, { text, flush: true },
+  ], { dropAfterAudio: 1 });
+  assert.notEqual(r.code, 1000);
+  const heard = r.frames.filter((f) => f.audio).reduce((n, f) => n + f.alignment.chars.length, 0);
+  assert.ok(heard > 0 && heard < [...text].length, `the client heard ${heard} of ${[...text].length} characters before it left`);
+  let now = await balanceNano(gw, account);
+  for (let i = 0; i < 60 && before === now; i++) { await new Promise((x) => setTimeout(x, 50)); now = await balanceNano(gw, account); }
+  await assertInvariants(assert, gw, account);
+  now = await balanceNano(gw, account);
+  const billed = (before - now) / PER_CHAR;
+  assert.equal((before - now) % PER_CHAR, 0n);
+  assert.ok(billed >= BigInt(heard), `billed ${billed} characters, at least the ${heard} heard`);
+  assert.ok(billed < BigInt([...text].length), `billed ${billed} characters, less than the ${[...text].length} of the whole text: the generation was stopped`);
+});
+
 test('a session whose balance runs out mid-way is told why and closed, billed for what it got', async () => {
   const gw = await gateway();
   // 1,000,000 nanodollars: 66 characters at 15,000 each. A generation's characters are a known cost:

@@ -119,8 +119,10 @@ async function buffered(r: Relay, res: ReplyBody, started: bigint, contentType: 
   r.down.upstreamNs = process.hrtime.bigint() - started;
   r.down.trace?.upstreamEnds();
   const body = r.meter.onEnd(true);
-    r.down.upstreamNs = process.hrtime.bigint() - started;
-  await r.charge.settle(r.meter.usage(), { extra: extra(r) });
+  r.down.trace?.event('tollgate.metered');
+  const u = r.meter.usage();
+  const { cost } = await r.charge.settle(u, { extra: extra(r) });
+  if (r.down.trace) traced(r.down.trace, r.label, u, cost);
   r.down.send(200, body, headers, contentType);
 }
 
@@ -154,8 +156,11 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
   const settle = async (): Promise<boolean> => {
     settled = true;
     try {
-    r.down.upstreamNs = process.hrtime.bigint() - started;
-      await charge.settle(meter.usage(), { extra: extra(r) });
+      down.trace?.upstreamEnds();
+      down.trace?.event('tollgate.metered');
+      const u = meter.usage();
+      const { cost } = await charge.settle(u, { extra: extra(r) });
+      if (down.trace) traced(down.trace, r.label, u, cost);
       return true;
     } catch (e) {
       log('error', 'settle failed', { request_id: r.requestId, error: String((e as Error)?.message ?? e) });

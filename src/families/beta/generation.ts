@@ -22,7 +22,12 @@ export type Generated =
   | { ok: false; code: number; reason: string; cost: Nanodollars; refusal?: GatewayError };
 
 /** Where a generation's frames go: how the socket writes one, and the send (which waits for a slow client). */
-export interface FrameOut { frame: FrameWriter; send(out: string): Promise<void> }
+export interface FrameOut {
+  frame: FrameWriter;
+  send(out: string): Promise<void>;
+  /** Aborts when the session's end cancels what is under way (the client left): the generation stops and is billed what it sent. */
+  readonly signal?: AbortSignal;
+}
 
 /**
  * Runs a session's generations one at a time: a session keeps one running record (the limiter keeps
@@ -84,13 +89,15 @@ export class Generations {
       const call = this.s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
         Buffer.from(JSON.stringify(body)), requestId);
       outcome = await relayPart({ part, call, meter, recordEach: true, idleMs: this.s.upstreams.config(target.model.upstream).timeoutMs,
-        upstreamError: (res) => beta.upstreamError(res, this.sessionId), send: (frame) => out.send(String(frame)) });
+        upstreamError: (res) => beta.upstreamError(res, this.sessionId), send: (frame) => out.send(String(frame)), signal: out.signal });
     } catch (e) {
       // The call could not start: nothing was produced, the part gives its hold back.
       await part.end(usage({ basis: 'exact' }));
       throw e;
     }
-    const { cost } = await part.end(outcome.usage);
+    const { cost } = await part.end(outcome.usage, outcome.cancelled ? { extra: { client_dropped: true } } : {});
+    // The client left: the session is ending already; what was sent is what was billed.
+    if (outcome.cancelled) return { ok: false, code: GOING_AWAY, reason: '', cost };
     if (outcome.complete) {
       pace.learn(meter.spokenMs, characters);
       return { ok: true, cost };

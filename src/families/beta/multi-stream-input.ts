@@ -151,6 +151,7 @@ class MultiStreamInput implements SessionHandler {
     const out: FrameOut = {
       frame: (audio, alignment) => JSON.stringify({ audio: audio.toString('base64'), isFinal: false, normalizedAlignment: alignment, alignment, contextId: id }),
       send: (frame) => this.socket.send(frame),
+      signal: this.end.signal,
     };
     const ctx: Context = { id, buffer, voiceSettings: m.voice_settings ?? undefined, voice, config: JSON.stringify(m.generation_config ?? null), timer: null,
       tail: Promise.resolve(), audio: null, out, billed: 0n };
@@ -252,8 +253,9 @@ class MultiStreamInput implements SessionHandler {
   }
 
   async closed(): Promise<void> {
-    // The one under way finishes and is billed; those queued behind it are not started (nobody is there to hear them); then the slot is freed.
-    await this.stop({ code: NORMAL });
+    // The client left: the one under way stops and is billed the characters of the audio it sent;
+    // those queued behind it are not started (nobody is there to hear them); then the slot is freed.
+    await this.stop({ code: NORMAL, cancel: true });
     for (const ctx of this.contexts.values()) ctx.audio?.close();
   }
 

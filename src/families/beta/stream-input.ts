@@ -44,10 +44,7 @@ class StreamInput implements SessionHandler {
   /** The session's one end (a refusal, `{"text": ""}`, the client's close, a revoked key, shutdown). */
   private readonly end: SessionEnd;
   /** How each audio frame is written and sent. */
-  private readonly out: FrameOut = {
-    frame: (audio, alignment) => JSON.stringify({ audio: audio.toString('base64'), isFinal: null, normalizedAlignment: alignment, alignment }),
-    send: (frame) => this.socket.send(frame),
-  };
+  private readonly out: FrameOut;
   /** The session relayed to an ElevenLabs upstream's own stream-input (native-stream-input.ts); null otherwise. */
   private native: NativeStream | null = null;
 
@@ -55,6 +52,11 @@ class StreamInput implements SessionHandler {
     private key: KeyRecord | null, private session: SpeechSession | null) {
     this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
     this.end = new SessionEnd(socket, this.generations ?? NO_WORK, () => this.session?.charge ?? null);
+    this.out = {
+      frame: (audio, alignment) => JSON.stringify({ audio: audio.toString('base64'), isFinal: null, normalizedAlignment: alignment, alignment }),
+      send: (frame) => this.socket.send(frame),
+      signal: this.end.signal,
+    };
     this.follow();
   }
 
@@ -197,8 +199,9 @@ class StreamInput implements SessionHandler {
     // Relayed: the upstream's socket closes; audio already on its way is billed only if delivered.
     this.native?.end(NORMAL, '');
     await this.native?.idle();
-    // A generation under way finishes and is billed first (it was produced); then the slot is freed.
-    await this.stop({ code: NORMAL });
+    // The client left: the generation under way stops (its upstream call is cancelled) and is billed
+    // the characters of the audio it sent, as a dropped HTTP stream is; then the slot is freed.
+    await this.stop({ code: NORMAL, cancel: true });
     this.audio?.close();
   }
 
