@@ -1,18 +1,18 @@
 // A realtime pass-through session: client and upstream frames relayed in order, each response held, then settled from its response.done (or estimated).
-import type { Services } from '../../services.js';
-import type { ModelConfig } from '../../config.js';
-import { GatewayError } from '../../errors.js';
-import type { Charge } from '../../exchange/charge.js';
-import { usage, type Usage } from '../../exchange/usage.js';
-import { nd, type Nanodollars } from '../../money.js';
-import { log } from '../../observe/log.js';
-import { base62 } from '../../store/ids.js';
-import type { SessionHandler, SessionSocket } from '../../server/ws.js';
-import type { WebSocket } from '../../proxy/ws-upstream.js';
-import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../meter/realtime-usage.js';
-import { checkClientEvent, rewriteSessionModel, type Obj } from './realtime-passthrough-events.js';
-import { eventOf } from './realtime/protocol.js';
-import { IdleLimit } from './realtime/idle.js';
+import type { Services } from '../../../services.js';
+import type { ModelConfig } from '../../../config.js';
+import { GatewayError } from '../../../errors.js';
+import type { Charge } from '../../../exchange/charge.js';
+import { usage, type Usage } from '../../../exchange/usage.js';
+import { nd, type Nanodollars } from '../../../money.js';
+import { log } from '../../../observe/log.js';
+import { base62 } from '../../../store/ids.js';
+import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
+import type { WebSocket } from '../../../proxy/ws-upstream.js';
+import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../../meter/realtime-usage.js';
+import { checkClientEvent, rewriteSessionModel, type Obj } from './passthrough-events.js';
+import { eventOf } from './protocol.js';
+import { IdleLimit } from './idle.js';
 
 const rid = (prefix: string): string => `${prefix}_${base62(16)}`;
 
