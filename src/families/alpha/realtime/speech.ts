@@ -2,11 +2,11 @@
 import { GatewayError } from '../../../errors.js';
 import { usage } from '../../../exchange/usage.js';
 import { presetVoice } from '../../../resolve/voices.js';
-import { bytes as samplesToBytes, int16, StreamResampler } from '../../../audio/index.js';
+import { audioEncoder } from '../../../audio/index.js';
 import { callFor } from './calls.js';
 import type { SessionContext } from './context.js';
 import { sentenceCut } from './sentences.js';
-import { BYTES_PER_MS, POLICY, type Active, type Item } from './protocol.js';
+import { BYTES_PER_MS, POLICY, RATE, type Active, type Item } from './protocol.js';
 
 /** What was spoken: characters the upstream accepted (billed), the audio delivered, what was held for it. */
 export interface SpeechResult { characters: number; audioOutMs: number; held: bigint; failure: GatewayError | null }
@@ -104,22 +104,21 @@ export class Speaker {
         accepted = true;
         // Accepted by the upstream: its characters are billed from now on, so the running record counts them.
         this.live = { characters, bytes: 0 };
-        // The session's audio is 24 kHz PCM; an upstream whose pcm is at another rate (Piper's 22.05 kHz) is resampled, not played fast.
-        const rate = ctx.s.upstreams.config(tts.upstream).speech.pcmRate;
-        const resampler = rate === 24_000 ? null : new StreamResampler(rate, 24_000);
-        let odd: Buffer | null = null;
-        for await (const chunk of res) {
-          let c = chunk as Buffer;
-          if (odd) { c = Buffer.concat([odd, c]); odd = null; }
-          if (c.length % 2) { odd = c.subarray(c.length - 1); c = c.subarray(0, c.length - 1); }
-          if (resampler) c = Buffer.from(samplesToBytes(resampler.push(int16(c))));
-          if (c.length === 0) continue;
+        // The session's audio is 24 kHz PCM; an upstream whose pcm is at another rate (Piper's 22.05 kHz) is
+        // resampled, not played fast. The resampler's tail (its last samples) comes out at the end of the reply.
+        const pcm = audioEncoder('pcm', { inRate: ctx.s.upstreams.config(tts.upstream).speech.pcmRate, outRate: RATE });
+        const send = async (c: Buffer): Promise<void> => {
+          if (c.length === 0) return;
           bytes += c.length;
           this.live.bytes = bytes;
           await this.record();
           if (!a.dropped) await ctx.emit({ type: 'response.output_audio.delta', response_id: a.id, item_id: this.item.id, output_index: this.outputIndex(), content_index: 0, delta: c.toString('base64') });
+        };
+        for await (const chunk of res) {
+          await send(pcm.push(chunk as Buffer));
           if (a.cancelled || a.dropped) { call.abort(); break; }
         }
+        if (!a.cancelled && !a.dropped) await send(pcm.end());
         whole = res.complete && !a.cancelled && !a.dropped;
         if (!a.cancelled && !a.dropped && !res.complete) result.failure = new GatewayError({ status: 502, code: 'upstream_error', message: 'The speech upstream broke off mid-reply.' });
       }
