@@ -54,6 +54,10 @@ export class Charge {
   private recorded = false;
   private state: 'open' | 'settled' | 'released' = 'open';
   private unwatch: (() => void) | null = null;
+  /** The last part number given out (part.ts): a session's parts are `<id>#1`, `<id>#2`, … in the ledger. */
+  private parts = 0;
+  /** What this charge has billed so far (every settle's cost). */
+  private billedSum = 0n;
 
   private constructor(private readonly d: ChargeDeps, private readonly spec: ChargeSpec, private readonly hold: Hold,
     /** Unique per attempt: tells a retried settle of this debit from a client reusing its request id. */
@@ -70,6 +74,12 @@ export class Charge {
   /** The unit prices this exchange is billed at. */
   get prices(): UnitPrices { return this.spec.model.prices; }
   get isOpen(): boolean { return this.state === 'open'; }
+  /** The debit's idempotency key (a part's ledger key is this, `#`, its number). */
+  get id(): string { return this.spec.id; }
+  /** The next part's number: 1, 2, … for this charge (a Part takes one at its begin). */
+  nextSeq(): number { return ++this.parts; }
+  /** What has been billed on this charge so far (its settled parts, or its one settle). */
+  get billed(): Nanodollars { return this.billedSum as Nanodollars; }
 
   /** What `usage` costs at this exchange's prices. */
   cost(u: Usage): Nanodollars { return price(this.spec.model.prices, u); }
@@ -84,10 +94,11 @@ export class Charge {
    * this attempt's nonce, the very debit its `settle({ seq })` makes: whichever of the two reaches the
    * ledger is stored once and the other is recognised as the same debit, so a record left over
    * after its part settled bills nothing twice. A session keeps one record at a time (the limiter
-   * holds one per hold): parts that record must run one after another.
+   * holds one per hold): parts that record must run one after another. `force`: now, not throttled
+   * (the last output of a part).
    */
-  progress(u: Usage, opts: { seq?: number; reason?: string } = {}): Promise<void> {
-    if (!this.progressDue(opts.seq)) return Promise.resolve();
+  progress(u: Usage, opts: { seq?: number; reason?: string; force?: boolean } = {}): Promise<void> {
+    if (opts.force ? this.state !== 'open' : !this.progressDue(opts.seq)) return Promise.resolve();
     const cost = this.cost(u);
     if (cost === 0n) return Promise.resolve();
     this.progressAt = Date.now();
@@ -123,6 +134,7 @@ export class Charge {
       return { cost };
     }
     if (final) { this.state = 'settled'; this.endWatch(); }
+    this.billedSum += cost;
     const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq, opts.reason);
     const { debit } = this.debit(entry, opts.seq);
     try {
