@@ -117,6 +117,9 @@ test('a text turn through the pass-through: frames relayed, the model named as t
   assert.ok(done2.response.usage.input_tokens > u.input_tokens, 'the upstream keeps the conversation');
   const expected = priceUsage(u) + priceUsage(done2.response.usage);
   assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed exactly what each response.done reported, at the model\'s prices');
+  // Each response.done's usage carries its cost: dollars, exactly the part's debit.
+  assert.equal(BigInt(Math.round(u.cost * 1e9)), priceUsage(u));
+  assert.equal(BigInt(Math.round(done2.response.usage.cost * 1e9)), priceUsage(done2.response.usage));
   s.ws.close();
   await s.closed;
   await assertInvariants(assert, gw, account);

@@ -1,17 +1,17 @@
-// A realtime pass-through session: client and upstream frames relayed in order, each response held, then settled from its response.done (or estimated).
+// A realtime pass-through session: client and upstream frames relayed in order, each response a Part (held at response.create, recorded as it streams, settled from its response.done or estimated).
 import type { Services } from '../../../services.js';
 import type { ModelConfig } from '../../../config.js';
 import { GatewayError } from '../../../errors.js';
 import type { Charge } from '../../../exchange/charge.js';
+import { Part } from '../../../exchange/part.js';
 import { usage, type Usage } from '../../../exchange/usage.js';
-import { nd, type Nanodollars } from '../../../money.js';
 import { log } from '../../../observe/log.js';
 import { base62 } from '../../../store/ids.js';
 import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
 import type { WebSocket } from '../../../proxy/ws-upstream.js';
 import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../../meter/realtime-usage.js';
 import { checkClientEvent, rewriteSessionModel, type Obj } from './passthrough-events.js';
-import { eventOf } from './protocol.js';
+import { billedSoFar, eventOf, withCost } from './protocol.js';
 import { IdleLimit } from './idle.js';
 
 const rid = (prefix: string): string => `${prefix}_${base62(16)}`;
@@ -31,13 +31,12 @@ const CANCEL_WAIT_MS = 5_000;
 /** How long a shutdown lets responses under way finish. */
 const SHUTDOWN_WAIT_MS = 20_000;
 
-/** A client response.create passed on, its hold taken, its response.created not yet seen. */
-interface Pending { eventId: string; held: Nanodollars }
-/** A response under way upstream: what was held for it, its part's number, its output so far. */
-interface Live { held: Nanodollars; seq: number; out: OutputCount }
+/** A client response.create passed on, its part begun (its worst case held), its response.created not yet seen. */
+interface Pending { eventId: string; part: Part }
+/** A response under way upstream: its part (null: refused, cancelled upstream, not billed), its output so far. */
+interface Live { part: Part | null; out: OutputCount }
 
 export class Passthrough implements SessionHandler {
-  private seq = 0;
   private ended = false;
   /** The client left (its socket closed): parts settled from now on are marked so in the ledger. */
   private dropped = false;
@@ -136,19 +135,11 @@ export class Passthrough implements SessionHandler {
         break;
       case 'response.create': {
         // A billed unit: balance and ceiling checked again, a token of the key's rpm taken, its worst case held.
-        const r = (m.response ?? {}) as Obj;
-        const held = this.worstCase(r);
-        try {
-          await this.charge.extend(held, { countsAsRequest: true });
-        } catch (e) {
-          if (!(e instanceof GatewayError)) throw e;
-          await this.error(e.code, e.message, null, m.event_id, e.type);
-          this.end(POLICY, e.code);
-          return;
-        }
+        const part = await this.begin((m.response ?? {}) as Obj, m.event_id);
+        if (!part) return;
         // The upstream names this event in an error that refuses it: then its hold is given back.
         if (typeof m.event_id !== 'string' || m.event_id === '') { m.event_id = rid('event'); out = JSON.stringify(m); }
-        this.pending.push({ eventId: m.event_id as string, held });
+        this.pending.push({ eventId: m.event_id as string, part });
         break;
       }
       default: break;
@@ -160,8 +151,24 @@ export class Passthrough implements SessionHandler {
     }
   }
 
-  /** A response's hold: the conversation's estimated prompt, plus its most output at the dearer of the text and audio output prices. */
-  private worstCase(r: Obj): Nanodollars {
+  /**
+   * A response's part, begun: its worst case held (balance and ceiling checked again, a token of the
+   * key's rpm taken). Refused: the client is told (an error event saying what the session was billed)
+   * and the session closes with 1008; null.
+   */
+  private async begin(r: Obj, clientEventId: unknown): Promise<Part | null> {
+    try {
+      return await Part.begin(this.charge, { worst: this.worstCase(r), countsAsRequest: true });
+    } catch (e) {
+      if (!(e instanceof GatewayError)) throw e;
+      await this.error(e.code, `${e.message} ${billedSoFar(this.charge)}`, null, clientEventId, e.type);
+      this.end(POLICY, e.code);
+      return null;
+    }
+  }
+
+  /** A response's worst case: the conversation's estimated prompt, plus its most output at the dearer of the text and audio output prices. */
+  private worstCase(r: Obj): Usage {
     const limit = r.max_output_tokens ?? r.max_response_output_tokens ?? this.sessionMaxOut;
     const maxOut = typeof limit === 'number' && limit >= 1 ? Math.min(Math.floor(limit), this.model.maxOutputTokens) : this.model.maxOutputTokens;
     const p = this.charge.prices;
@@ -169,10 +176,10 @@ export class Passthrough implements SessionHandler {
     let extraText = 0;
     if (typeof r.instructions === 'string') extraText += r.instructions.length;
     if (Array.isArray(r.input)) extraText += JSON.stringify(r.input).length;
-    return this.charge.cost(usage({
+    return usage({
       inputTokens: this.prompt.text + extraText, audioInputTokens: this.prompt.audio,
       ...(audioDearer ? { audioOutputTokens: maxOut } : { outputTokens: maxOut }), basis: 'estimated',
-    }));
+    });
   }
 
   /** What a client item adds to the conversation (for the prompt estimate). */
@@ -214,64 +221,60 @@ export class Passthrough implements SessionHandler {
         break;
       }
       case 'response.created': await this.responseCreated(ev); break;
-      case 'response.done': await this.responseDone(ev); break;
+      case 'response.done': out = await this.responseDone(ev) ?? out; break;
       case 'error': {
         const id = (ev.error as Obj | undefined)?.event_id;
         const i = this.pending.findIndex((p) => p.eventId === id);
         if (i >= 0) {
           // The upstream refused a response.create: nothing runs, its hold is given back.
           const [p] = this.pending.splice(i, 1);
-          await this.charge.settle(usage({ basis: 'exact' }), { final: false, covers: p!.held });
+          await p!.part.end(usage({ basis: 'exact' }));
         }
         break;
       }
       default: {
-        const rid_ = ev.response_id;
-        if (typeof rid_ === 'string') this.live.get(rid_)?.out.add(ev, this.outBytesPerMs);
+        const l = typeof ev.response_id === 'string' ? this.live.get(ev.response_id) : undefined;
+        if (l) {
+          // A refused response's output is not passed on; a part's output is recorded before it is (the first record awaited).
+          if (!l.part) return;
+          l.out.add(ev, this.outBytesPerMs);
+          if (l.out.produced) await l.part.record(l.out.usage(this.prompt));
+        }
       }
     }
     await this.socket.send(out);
   }
 
-  /** A response began upstream: it takes the hold of the oldest response.create passed on, or (one the upstream began itself, server VAD) holds its own. */
+  /** A response began upstream: it is the part of the oldest response.create passed on, or (one the upstream began itself, server VAD) begins its own. */
   private async responseCreated(ev: Obj): Promise<void> {
     const id = (ev.response as Obj | undefined)?.id;
     if (typeof id !== 'string') return;
-    let held: Nanodollars;
-    const p = this.pending.shift();
-    if (p) held = p.held;
-    else {
-      held = this.worstCase({});
-      try {
-        await this.charge.extend(held, { countsAsRequest: true });
-      } catch (e) {
-        if (!(e instanceof GatewayError)) throw e;
-        // Refused: the response is cancelled upstream and billed what it reports (or the estimate).
-        this.live.set(id, { held: nd(0n), seq: ++this.seq, out: new OutputCount() });
-        this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
-        await this.error(e.code, e.message, null, null, e.type);
-        this.end(POLICY, e.code);
-        return;
-      }
-    }
-    this.live.set(id, { held, seq: ++this.seq, out: new OutputCount() });
+    const part = this.pending.shift()?.part ?? await this.begin({}, null);
+    // Refused: the response is cancelled upstream, its output not passed on, nothing billed (the session is closing).
+    if (!part) this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
+    this.live.set(id, { part, out: new OutputCount() });
   }
 
-  /** A response ended: the usage it reports is settled as its part; without one, what it produced is estimated (nothing, if it failed). */
-  private async responseDone(ev: Obj): Promise<void> {
+  /**
+   * A response ended: the usage it reports is settled as its part; without one, what it produced is
+   * estimated (nothing, if it failed). The usage block the client gets carries the part's `cost`
+   * (dollars, exactly its debit): the event to send then (null: as it came).
+   */
+  private async responseDone(ev: Obj): Promise<string | null> {
     const r = (ev.response ?? {}) as Obj;
     const id = typeof r.id === 'string' ? r.id : '';
     const l = this.live.get(id);
     this.live.delete(id);
+    if (this.live.size === 0) for (const w of this.liveEmpty.splice(0)) w();
     const reported = realtimeUsage(r.usage);
     if (reported) this.prompt.reported(reported);
+    if (!l?.part) return null;
     let u: Usage;
     if (reported) u = reported;
-    else if (l && l.out.produced && r.status !== 'failed') u = l.out.usage(this.prompt);
+    else if (l.out.produced && r.status !== 'failed') u = l.out.usage(this.prompt);
     else u = usage({ basis: 'exact' });
-    await this.charge.settle(u, { seq: l?.seq ?? ++this.seq, final: false, covers: l?.held ?? (nd(0n)),
-      extra: { response_id: id, status: typeof r.status === 'string' ? r.status : null, ...(this.dropped ? { client_dropped: true } : {}) } });
-    if (this.live.size === 0) for (const w of this.liveEmpty.splice(0)) w();
+    const { cost } = await l.part.end(u, { extra: { response_id: id, status: typeof r.status === 'string' ? r.status : null, ...(this.dropped ? { client_dropped: true } : {}) } });
+    return r.usage && typeof r.usage === 'object' && !Array.isArray(r.usage) ? withCost(ev, r, cost) : null;
   }
 
   /** The upstream closed: responses under way are billed what they produced; a client still here hears why, and the session closes. */
@@ -289,8 +292,10 @@ export class Passthrough implements SessionHandler {
     for (const [id, l] of [...this.live]) {
       this.live.delete(id);
       const u = l.out.produced ? l.out.usage(this.prompt) : usage({ basis: 'partial' });
-      await this.charge.settle(u, { seq: l.seq, final: false, covers: l.held, extra: { response_id: id, status: 'cut', ...(this.dropped ? { client_dropped: true } : {}) } });
+      await l.part?.end(u, { extra: { response_id: id, status: 'cut', ...(this.dropped ? { client_dropped: true } : {}) } });
     }
+    // Response.creates the upstream never began: their holds are given back.
+    for (const p of this.pending.splice(0)) await p.part.end(usage({ basis: 'exact' }));
     for (const w of this.liveEmpty.splice(0)) w();
   }
 

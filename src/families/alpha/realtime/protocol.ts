@@ -1,6 +1,8 @@
 // The realtime protocol's shared pieces: ids, close codes, the error a client event gets, PCM constants, and the item and response shapes a session keeps.
 import { base62 } from '../../../store/ids.js';
 import type { UpstreamCall } from '../../../proxy/upstream.js';
+import type { Charge } from '../../../exchange/charge.js';
+import { nanoToDecimal } from '../../../money.js';
 
 export type Obj = Record<string, unknown>;
 
@@ -28,6 +30,26 @@ export const CLIENT_ALIASES: Record<string, string> = { 'transcription_session.u
 /** A client event refused: an `error` event naming the field; the session goes on unchanged. */
 export class RtError extends Error {
   constructor(readonly code: string, readonly param: string | null, message: string, readonly type = 'invalid_request_error') { super(message); }
+}
+
+/** What a session ended by a refusal (its balance or ceiling spent) is told it was billed: every part it settled. */
+export function billedSoFar(charge: Pick<Charge, 'billed'>): string {
+  return `This session was billed $${nanoToDecimal(charge.billed)} (${charge.billed} nd) in all.`;
+}
+
+/**
+ * `ev` as JSON, its `holder.usage` object carrying `cost`: what the part was billed, in dollars as a JSON
+ * number written exactly (at most 9 decimals, never an exponent), as the receipts and `x-tollgate-cost` state it.
+ * The official clients keep unknown usage fields (python openai's models allow extras).
+ */
+export function withCost(ev: Obj, holder: Obj, cost: bigint): string {
+  const u = holder.usage as Obj;
+  const mark = rid('cost');
+  holder.usage = mark;
+  const fields = JSON.stringify(u).slice(1, -1);
+  const json = JSON.stringify(ev).replace(`"${mark}"`, () => `{${fields}${fields ? ',' : ''}"cost":${nanoToDecimal(cost)}}`);
+  holder.usage = u;
+  return json;
 }
 
 /** Realtime PCM: 16-bit mono at 24 kHz, 48 bytes a millisecond. */
