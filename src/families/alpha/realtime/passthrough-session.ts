@@ -4,6 +4,7 @@ import type { ModelConfig } from '../../../config.js';
 import { GatewayError } from '../../../errors.js';
 import type { Charge } from '../../../exchange/charge.js';
 import { Part } from '../../../exchange/part.js';
+import { SessionEnd } from '../../../exchange/session-end.js';
 import { usage, type Usage } from '../../../exchange/usage.js';
 import { log } from '../../../observe/log.js';
 import { base62 } from '../../../store/ids.js';
@@ -60,10 +61,12 @@ export class Passthrough implements SessionHandler {
   /** Stopped by the gateway (key revoked, secret expired, idle), not dropped by the client. */
   private stopped = false;
   private readonly idle: IdleLimit;
+  private readonly ending: SessionEnd;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly model: ModelConfig,
     private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number) {
     this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.live.size > 0 || this.pending.length > 0, (e) => this.stop(e));
+    this.ending = new SessionEnd(socket, { stop: () => { this.ended = true; this.idle.stop(); }, idle: () => this.finish() }, () => charge);
     charge.watch((e) => this.stop(e), expiresAt, 'The realtime client secret of this session has expired; the session is closed (mint a new secret to open another).');
     // The upstream greets at once (session.created), before the client's socket is open: its frames wait for it.
     this.chain = new Promise<void>((resolve) => { this.openedNow = resolve; });
@@ -88,29 +91,31 @@ export class Passthrough implements SessionHandler {
   opened(): void { this.openedNow(); }
 
   /**
-   * The key was revoked, the client secret expired, or the session sat idle: the client gets an
-   * `error` event saying why and the socket closes with 1008; responses under way are cancelled
-   * upstream and billed what the upstream reports for them (closed() → finish()).
+   * The key was revoked, the client secret expired, or the session sat idle: responses under way are
+   * cancelled upstream and billed what the upstream reports for them, then the client gets an `error`
+   * event saying why and the socket closes with 1008.
    */
   stop(e: GatewayError): void {
     if (this.ended) return;
-    this.ended = true;
     this.stopped = true;
-    this.idle.stop();
-    void this.error(e.code, e.message, null, null, e.type).then(() => this.socket.close(POLICY, e.code));
-  }
-
-  private emit(ev: Obj): Promise<void> {
-    return this.socket.send(JSON.stringify({ event_id: rid('event'), ...ev }));
+    this.endWith(POLICY, e.code, this.errorFrame(e.code, e.message, null, e.type));
   }
 
   private error(code: string | null, message: string, param: string | null = null, clientEventId: unknown = null, type = 'invalid_request_error'): Promise<void> {
-    return this.emit({ type: 'error', error: { type, code, message, param, event_id: typeof clientEventId === 'string' ? clientEventId : null } });
+    return this.socket.send(this.errorFrame(code, message, clientEventId, type, param));
   }
 
-  private end(code: number, reason: string): void {
-    this.ended = true;
-    this.socket.close(code, reason);
+  private errorFrame(code: string | null, message: string, clientEventId: unknown = null, type = 'invalid_request_error', param: string | null = null): string {
+    return JSON.stringify({ event_id: rid('event'), type: 'error', error: { type, code, message, param, event_id: typeof clientEventId === 'string' ? clientEventId : null } });
+  }
+
+  /**
+   * The session ends (exchange/session-end.ts), once: nothing more is passed on, responses under way
+   * are cancelled upstream and billed what they report (or estimated), then `message` and the close.
+   * Not awaited: it waits for the upstream frames in hand, and this may be one of them.
+   */
+  private endWith(code: number, reason: string, message?: string): void {
+    void this.ending.end({ code, reason, cancel: true, ...(message ? { message } : {}) });
   }
 
   /** A client frame: checked where billing or the model is at stake, then passed on as sent (or with its model name rewritten). */
@@ -146,8 +151,7 @@ export class Passthrough implements SessionHandler {
     }
     this.up.send(out, { binary: false });
     if (this.up.bufferedAmount > UPSTREAM_BACKLOG_LIMIT) {
-      await this.error('client_too_fast', 'The session sends faster than the model upstream reads; it is closed.', null, null, 'server_error');
-      this.end(POLICY, 'client_too_fast');
+      this.endWith(POLICY, 'client_too_fast', this.errorFrame('client_too_fast', 'The session sends faster than the model upstream reads; it is closed.', null, 'server_error'));
     }
   }
 
@@ -161,8 +165,7 @@ export class Passthrough implements SessionHandler {
       return await Part.begin(this.charge, { worst: this.worstCase(r), countsAsRequest: true });
     } catch (e) {
       if (!(e instanceof GatewayError)) throw e;
-      await this.error(e.code, `${e.message} ${billedSoFar(this.charge)}`, null, clientEventId, e.type);
-      this.end(POLICY, e.code);
+      this.endWith(POLICY, e.code, this.errorFrame(e.code, `${e.message} ${billedSoFar(this.charge)}`, clientEventId, e.type));
       return null;
     }
   }
@@ -282,9 +285,7 @@ export class Passthrough implements SessionHandler {
     this.upstreamGone = true;
     if (this.draining) return;
     await this.settleCut();
-    if (this.ended) return;
-    await this.error('upstream_closed', `The model upstream closed the session (code ${code}); what it produced is billed.`, null, null, 'server_error');
-    this.end(UPSTREAM_FAILED, 'upstream closed');
+    this.endWith(UPSTREAM_FAILED, 'upstream closed', this.errorFrame('upstream_closed', `The model upstream closed the session (code ${code}); what it produced is billed.`, null, 'server_error'));
   }
 
   /** Responses that will never report: each billed the prompt estimate plus the output its deltas showed. */
@@ -310,37 +311,36 @@ export class Passthrough implements SessionHandler {
     clearTimeout(timer);
   }
 
-  /** Once: responses under way are cancelled (or let finish), their usage settled, the upstream closed, the session's hold freed. */
-  private finish(cancel: boolean, waitMs: number): Promise<void> {
+  /**
+   * The session's work winding down (its end's `idle`), once: responses under way are cancelled (an
+   * end that cancels) or let finish (a shutdown), their usage settled, the upstream closed. The end
+   * then says its last word, closes and frees the session's hold.
+   */
+  private finish(): Promise<void> {
     this.finishing ??= (async () => {
+      const cancel = this.ending.signal.aborted;
       this.openedNow();
       if (this.paused) { this.paused = false; this.up.resume(); }
       if (!this.upstreamGone && this.up.readyState === 1) {
         if (cancel) for (const id of this.live.keys()) this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
-        await this.quiet(waitMs);
+        await this.quiet(cancel ? CANCEL_WAIT_MS : SHUTDOWN_WAIT_MS);
       }
       this.draining = true;
       await this.chain;
       this.up.terminate();
       await this.settleCut();
-      await this.charge.release();
     })();
     return this.finishing;
   }
 
   async closed(): Promise<void> {
-    this.ended = true;
-    this.idle.stop();
     this.dropped = !this.stopped;
     // A dropped client: responses under way are cancelled upstream and billed what the upstream reports for them.
-    await this.finish(true, CANCEL_WAIT_MS);
+    await this.ending.end({ code: GOING_AWAY, cancel: true });
   }
 
   async shutdown(): Promise<void> {
-    this.ended = true;
-    this.idle.stop();
     // Responses under way finish and are billed, then the client hears 1001 (going away).
-    await this.finish(false, SHUTDOWN_WAIT_MS);
-    this.end(GOING_AWAY, 'the gateway is shutting down');
+    await this.ending.end({ code: GOING_AWAY, reason: 'the gateway is shutting down' });
   }
 }

@@ -1,6 +1,5 @@
 // The realtime protocol's shared pieces: ids, close codes, the error a client event gets, PCM constants, and the item and response shapes a session keeps.
 import { base62 } from '../../../store/ids.js';
-import type { UpstreamCall } from '../../../proxy/upstream.js';
 import type { Charge } from '../../../exchange/charge.js';
 import { nanoToDecimal } from '../../../money.js';
 
@@ -64,8 +63,8 @@ export interface Spoken { text: string; ms: number; /** Its audio ended before t
 /** The response under way. */
 export interface Active {
   id: string;
-  /** Its upstream calls (the chat stream, and a speech call beside it): a cancel or a drop aborts them all. */
-  calls: Set<UpstreamCall>;
+  /** Aborted to stop its upstream calls (the chat stream, and a speech call beside it): a cancel, a drop, a failed sentence. */
+  stop: AbortController;
   /** The ids of the items it outputs (they join the conversation when it is done). */
   itemIds: string[];
   /** Settles once the response is done and billed. */
@@ -78,5 +77,5 @@ export interface Active {
 
 /** Stops a response's upstream calls (what they produced is still billed). */
 export function abortCalls(a: Active): void {
-  for (const c of a.calls) c.abort();
+  a.stop.abort();
 }
