@@ -10,7 +10,8 @@ import { log } from '../../../observe/log.js';
 import { base62 } from '../../../store/ids.js';
 import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
 import type { WebSocket } from '../../../proxy/ws-upstream.js';
-import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../../meter/realtime-usage.js';
+import { OutputCount, realtimeUsage } from '../../../meter/realtime-usage.js';
+import { ConversationEstimate } from './passthrough-estimate.js';
 import { checkClientEvent, rewriteSessionModel, type Obj } from './passthrough-events.js';
 import { billedSoFar, eventOf, withCost } from './protocol.js';
 import { IdleLimit } from './idle.js';
@@ -44,7 +45,7 @@ export class Passthrough implements SessionHandler {
   /** Finishing: the upstream's frames are no longer read (what has not reported is estimated). */
   private draining = false;
   private upstreamGone = false;
-  private readonly prompt = new PromptEstimate();
+  private readonly estimate: ConversationEstimate;
   private pending: Pending[] = [];
   private readonly live = new Map<string, Live>();
   /** Upstream frames, handled one at a time in order (a response.done settles before the next frame). */
@@ -52,10 +53,6 @@ export class Passthrough implements SessionHandler {
   private openedNow: () => void = () => undefined;
   private queued = 0;
   private paused = false;
-  private inBytesPerMs = 48;
-  private outBytesPerMs = 48;
-  /** The session's max_output_tokens as the upstream last reported it. */
-  private sessionMaxOut: unknown = 'inf';
   private liveEmpty: (() => void)[] = [];
   private finishing: Promise<void> | null = null;
   /** Stopped by the gateway (key revoked, secret expired, idle), not dropped by the client. */
@@ -65,6 +62,7 @@ export class Passthrough implements SessionHandler {
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly model: ModelConfig,
     private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number) {
+    this.estimate = new ConversationEstimate(model, charge.prices);
     this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.live.size > 0 || this.pending.length > 0, (e) => this.stop(e));
     this.ending = new SessionEnd(socket, { stop: () => { this.ended = true; this.idle.stop(); }, idle: () => this.finish() }, () => charge);
     charge.watch((e) => this.stop(e), expiresAt, 'The realtime client secret of this session has expired; the session is closed (mint a new secret to open another).');
@@ -127,17 +125,13 @@ export class Passthrough implements SessionHandler {
     const refused = checkClientEvent(m, this.model, (name) => this.s.models.find(name)?.id === this.model.id);
     if (refused) return this.error(refused.code, refused.message, refused.param, m.event_id);
     let out: string | Buffer = data;
+    this.estimate.client(m);
     switch (m.type) {
       case 'session.update': case 'transcription_session.update': {
         const session = m.session as Obj;
-        if (typeof session.instructions === 'string') this.prompt.addText(session.instructions);
         if (session.model !== undefined) { session.model = this.model.upstreamModel; out = JSON.stringify(m); }
         break;
       }
-      case 'conversation.item.create': this.countItem(m.item); break;
-      case 'input_audio_buffer.append':
-        if (typeof m.audio === 'string') this.prompt.addAudio(Math.floor((m.audio.length * 3) / 4) / this.inBytesPerMs);
-        break;
       case 'response.create': {
         // A billed unit: balance and ceiling checked again, a token of the key's rpm taken, its worst case held.
         const part = await this.begin((m.response ?? {}) as Obj, m.event_id);
@@ -162,41 +156,11 @@ export class Passthrough implements SessionHandler {
    */
   private async begin(r: Obj, clientEventId: unknown): Promise<Part | null> {
     try {
-      return await Part.begin(this.charge, { worst: this.worstCase(r), countsAsRequest: true });
+      return await Part.begin(this.charge, { worst: this.estimate.worstCase(r), countsAsRequest: true });
     } catch (e) {
       if (!(e instanceof GatewayError)) throw e;
       this.endWith(POLICY, e.code, this.errorFrame(e.code, `${e.message} ${billedSoFar(this.charge)}`, clientEventId, e.type));
       return null;
-    }
-  }
-
-  /** A response's worst case: the conversation's estimated prompt, plus its most output at the dearer of the text and audio output prices. */
-  private worstCase(r: Obj): Usage {
-    const limit = r.max_output_tokens ?? r.max_response_output_tokens ?? this.sessionMaxOut;
-    const maxOut = typeof limit === 'number' && limit >= 1 ? Math.min(Math.floor(limit), this.model.maxOutputTokens) : this.model.maxOutputTokens;
-    const p = this.charge.prices;
-    const audioDearer = (p.audioOutputPerMTok ?? 0n) > p.outputPerMTok;
-    let extraText = 0;
-    if (typeof r.instructions === 'string') extraText += r.instructions.length;
-    if (Array.isArray(r.input)) extraText += JSON.stringify(r.input).length;
-    return usage({
-      inputTokens: this.prompt.text + extraText, audioInputTokens: this.prompt.audio,
-      ...(audioDearer ? { audioOutputTokens: maxOut } : { outputTokens: maxOut }), basis: 'estimated',
-    });
-  }
-
-  /** What a client item adds to the conversation (for the prompt estimate). */
-  private countItem(item: unknown): void {
-    const content = (item as Obj | null)?.content;
-    if (Array.isArray(content)) {
-      for (const c of content as Obj[]) {
-        if (typeof c?.text === 'string') this.prompt.addText(c.text);
-        if (typeof c?.audio === 'string') this.prompt.addAudio(Math.floor((c.audio.length * 3) / 4) / this.inBytesPerMs);
-      }
-    }
-    for (const k of ['arguments', 'output'] as const) {
-      const v = (item as Obj | null)?.[k];
-      if (typeof v === 'string') this.prompt.addText(v);
     }
   }
 
@@ -216,10 +180,7 @@ export class Passthrough implements SessionHandler {
     switch (ev.type) {
       case 'session.created': case 'session.updated': {
         const session = (ev.session ?? {}) as Obj;
-        const audio = (session.audio ?? {}) as { input?: Obj; output?: Obj };
-        this.inBytesPerMs = bytesPerMs(audio.input?.format ?? session.input_audio_format);
-        this.outBytesPerMs = bytesPerMs(audio.output?.format ?? session.output_audio_format);
-        this.sessionMaxOut = session.max_output_tokens ?? session.max_response_output_tokens ?? 'inf';
+        this.estimate.session(session);
         if (rewriteSessionModel(session, this.model)) out = JSON.stringify(ev);
         break;
       }
@@ -240,8 +201,8 @@ export class Passthrough implements SessionHandler {
         if (l) {
           // A refused response's output is not passed on; a part's output is recorded before it is (the first record awaited).
           if (!l.part) return;
-          l.out.add(ev, this.outBytesPerMs);
-          if (l.out.produced) await l.part.record(l.out.usage(this.prompt));
+          l.out.add(ev, this.estimate.outBytesPerMs);
+          if (l.out.produced) await l.part.record(l.out.usage(this.estimate.prompt));
         }
       }
     }
@@ -270,11 +231,11 @@ export class Passthrough implements SessionHandler {
     this.live.delete(id);
     if (this.live.size === 0) for (const w of this.liveEmpty.splice(0)) w();
     const reported = realtimeUsage(r.usage);
-    if (reported) this.prompt.reported(reported);
+    if (reported) this.estimate.prompt.reported(reported);
     if (!l?.part) return null;
     let u: Usage;
     if (reported) u = reported;
-    else if (l.out.produced && r.status !== 'failed') u = l.out.usage(this.prompt);
+    else if (l.out.produced && r.status !== 'failed') u = l.out.usage(this.estimate.prompt);
     else u = usage({ basis: 'exact' });
     const { cost } = await l.part.end(u, { extra: { response_id: id, status: typeof r.status === 'string' ? r.status : null, ...(this.dropped ? { client_dropped: true } : {}) } });
     return r.usage && typeof r.usage === 'object' && !Array.isArray(r.usage) ? withCost(ev, r, cost) : null;
@@ -292,7 +253,7 @@ export class Passthrough implements SessionHandler {
   private async settleCut(): Promise<void> {
     for (const [id, l] of [...this.live]) {
       this.live.delete(id);
-      const u = l.out.produced ? l.out.usage(this.prompt) : usage({ basis: 'partial' });
+      const u = l.out.produced ? l.out.usage(this.estimate.prompt) : usage({ basis: 'partial' });
       await l.part?.end(u, { extra: { response_id: id, status: 'cut', ...(this.dropped ? { client_dropped: true } : {}) } });
     }
     // Response.creates the upstream never began: their holds are given back.
