@@ -117,6 +117,9 @@ test('a text turn through the pass-through: frames relayed, the model named as t
   assert.ok(done2.response.usage.input_tokens > u.input_tokens, 'the upstream keeps the conversation');
   const expected = priceUsage(u) + priceUsage(done2.response.usage);
   assert.equal(await spentBecomes(gw, account, before, expected), expected, 'billed exactly what each response.done reported, at the model\'s prices');
+  // Each response.done's usage carries its cost: dollars, exactly the part's debit.
+  assert.equal(BigInt(Math.round(u.cost * 1e9)), priceUsage(u));
+  assert.equal(BigInt(Math.round(done2.response.usage.cost * 1e9)), priceUsage(done2.response.usage));
   s.ws.close();
   await s.closed;
   await assertInvariants(assert, gw, account);
@@ -247,6 +250,7 @@ test('a session whose balance runs out gets an error event and a 1008 close, bil
   }
   assert.ok(err, 'the balance ran out within 40 responses');
   assert.equal(err.error.code, 'insufficient_balance');
+  assert.match(err.error.message, new RegExp(`This session was billed \\$[0-9.]+ \\(${billed} nd\\) in all\\.$`), 'the error says what the session was billed');
   assert.equal((await s.closed).code, 1008);
   assert.ok(billed > 0n);
   assert.equal(await spentBecomes(gw, account, 2_000n, billed), billed, 'billed exactly the responses that ran, nothing for the refused one');

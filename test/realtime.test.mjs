@@ -367,6 +367,7 @@ test('a session whose balance runs out is told with an error event and closed wi
   }
   assert.ok(err, 'the balance ran out within 40 responses');
   assert.equal(err.error.code, 'insufficient_balance');
+  assert.match(err.error.message, new RegExp(`This session was billed \\$[0-9.]+ \\(${billed} nd\\) in all\\.$`), 'the error says what the session was billed');
   assert.equal((await s.closed).code, 1008);
   assert.ok(billed > 0n);
   assert.equal(await spentBecomes(gw, account, 1_000n, billed), billed, 'billed exactly the responses that ran, nothing for the refused one');

@@ -1,22 +1,40 @@
-// The upstream calls a realtime response makes (chat, speech): tied to the response, so a cancel or a dropped socket aborts them.
-import type { IncomingMessage } from 'node:http';
+// The upstream calls a realtime response makes (chat, speech): each relayed into the session on the response's Part, stopped when the response stops.
 import { GatewayError } from '../../../errors.js';
-import type { UpstreamCall } from '../../../proxy/upstream.js';
+import type { Part } from '../../../exchange/part.js';
+import type { Meter } from '../../../exchange/meter.js';
+import { relayPart, type PartOutcome, type PartRelay } from '../../../exchange/relay-part.js';
+import { usage, type Usage } from '../../../exchange/usage.js';
 import { alpha } from '../family.js';
 import type { SessionContext } from './context.js';
 import type { Active } from './protocol.js';
 
+export interface CallFor {
+  part: Part;
+  upstream: string;
+  path: string;
+  accept: string;
+  body: Buffer;
+  requestId: string;
+  meter: Meter;
+  send: PartRelay['send'];
+  /** What the part's running records carry (what it would bill now). */
+  usage: () => Usage;
+}
+
 /**
- * POSTs JSON to an upstream for response `a` (a cancel or a dropped socket aborts it): its 200 reply
- * to read, or the upstream's refusal in the family's terms.
+ * POSTs JSON to an upstream for response `a` and relays its reply through `meter` into the session
+ * (relayPart: each piece recorded on the part before it is sent; idle cut at the upstream's timeout);
+ * a cancel, a drop or a failed sentence (a.stop) stops it. An upstream that cannot be called is a
+ * failure with nothing produced.
  */
-export async function callFor(ctx: SessionContext, a: Active, upstream: string, path: string, accept: string, body: Buffer, requestId: string):
-  Promise<{ call: UpstreamCall; res: IncomingMessage | null; failed: GatewayError | null }> {
-  const call = ctx.s.upstreams.call(upstream, 'POST', path, { ...ctx.headers, 'content-type': 'application/json', accept }, body, requestId);
-  a.calls.add(call);
-  void call.response.then((res) => res.once('close', () => a.calls.delete(call)), () => a.calls.delete(call));
-  if (a.cancelled || a.dropped) call.abort();
-  const res = await call.response;
-  if (res.statusCode !== 200) return { call, res: null, failed: await alpha.upstreamError(res, requestId) };
-  return { call, res, failed: null };
+export async function callFor(ctx: SessionContext, a: Active, c: CallFor): Promise<PartOutcome> {
+  let call;
+  try {
+    call = ctx.s.upstreams.call(c.upstream, 'POST', c.path, { ...ctx.headers, 'content-type': 'application/json', accept: c.accept }, c.body, c.requestId);
+  } catch (e) {
+    const failure = e instanceof GatewayError ? e : new GatewayError({ status: 502, code: 'upstream_error', message: 'The upstream could not be called.' });
+    return { complete: false, cancelled: false, failure, produced: false, usage: usage({ basis: 'exact' }) };
+  }
+  return relayPart({ part: c.part, call, meter: c.meter, upstreamError: (res) => alpha.upstreamError(res, c.requestId),
+    idleMs: ctx.s.upstreams.config(c.upstream).timeoutMs, send: c.send, signal: a.stop.signal, usage: c.usage });
 }

@@ -2,6 +2,7 @@
 import type { Services } from '../../../services.js';
 import type { ModelConfig } from '../../../config.js';
 import type { Charge } from '../../../exchange/charge.js';
+import type { GatewayError } from '../../../errors.js';
 import type { SessionSocket } from '../../../server/ws.js';
 import type { AudioCaps, AudioModels } from './models.js';
 import type { Active, Item, Obj, Spoken } from './protocol.js';
@@ -23,8 +24,6 @@ export interface SessionContext {
   readonly items: Item[];
   /** Each spoken assistant item's audio, by item id: what conversation.item.truncate cuts. */
   readonly spoken: Map<string, Spoken[]>;
-  /** The last part's sequence number (a part is `<session id>#<seq>` in the ledger). */
-  seq: number;
   /** Closed, or closing: nothing more is started. */
   ended: boolean;
   /** The response under way. */
@@ -33,8 +32,12 @@ export interface SessionContext {
   work: Promise<void>;
   emit(ev: Obj): Promise<void>;
   error(code: string | null, message: string, param?: string | null, clientEventId?: unknown, type?: string): Promise<void>;
-  /** Closes the socket with a code; nothing more is started. */
-  end(code: number, reason: string): void;
+  /**
+   * A part was refused (balance or ceiling spent, rpm): nothing more runs; once the part under way has
+   * settled, the client gets an `error` event saying so and what the session was billed, and the
+   * session closes with 1008. Resolves at once (a part calls it from inside the session's work).
+   */
+  refused(e: GatewayError): Promise<void>;
   /** Runs `f` after the session's work so far (transcriptions and responses run one at a time, in order). */
   queue(what: string, f: () => Promise<void>): Promise<void>;
   /** Checks a response's parameters (an RtError when refused) and queues it behind the session's work. */

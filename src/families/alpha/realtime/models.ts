@@ -1,7 +1,10 @@
 // The models behind a realtime session: the session's chat (or realtime) model, the transcription and speech models of the cascade, and the prices its units are billed at.
 import type { Services } from '../../../services.js';
 import type { ModelConfig } from '../../../config.js';
-import type { UnitPrices } from '../../../ledger/pricing.js';
+import type { ChargeSpec } from '../../../exchange/charge.js';
+
+/** A session's unit prices, as its charge holds them. */
+type UnitPrices = ChargeSpec['model']['prices'];
 
 /**
  * A chat model, or a `realtime` model: its text turns go to its upstream's chat completions as its

@@ -1,6 +1,7 @@
 // The realtime protocol's shared pieces: ids, close codes, the error a client event gets, PCM constants, and the item and response shapes a session keeps.
 import { base62 } from '../../../store/ids.js';
-import type { UpstreamCall } from '../../../proxy/upstream.js';
+import type { Charge } from '../../../exchange/charge.js';
+import { nanoToDecimal } from '../../../money.js';
 
 export type Obj = Record<string, unknown>;
 
@@ -30,6 +31,26 @@ export class RtError extends Error {
   constructor(readonly code: string, readonly param: string | null, message: string, readonly type = 'invalid_request_error') { super(message); }
 }
 
+/** What a session ended by a refusal (its balance or ceiling spent) is told it was billed: every part it settled. */
+export function billedSoFar(charge: Pick<Charge, 'billed'>): string {
+  return `This session was billed $${nanoToDecimal(charge.billed)} (${charge.billed} nd) in all.`;
+}
+
+/**
+ * `ev` as JSON, its `holder.usage` object carrying `cost`: what the part was billed, in dollars as a JSON
+ * number written exactly (at most 9 decimals, never an exponent), as the receipts and `x-tollgate-cost` state it.
+ * The official clients keep unknown usage fields (python openai's models allow extras).
+ */
+export function withCost(ev: Obj, holder: Obj, cost: bigint): string {
+  const u = holder.usage as Obj;
+  const mark = rid('cost');
+  holder.usage = mark;
+  const fields = JSON.stringify(u).slice(1, -1);
+  const json = JSON.stringify(ev).replace(`"${mark}"`, () => `{${fields}${fields ? ',' : ''}"cost":${nanoToDecimal(cost)}}`);
+  holder.usage = u;
+  return json;
+}
+
 /** Realtime PCM: 16-bit mono at 24 kHz, 48 bytes a millisecond. */
 export const RATE = 24_000;
 export const BYTES_PER_MS = 48;
@@ -42,8 +63,8 @@ export interface Spoken { text: string; ms: number; /** Its audio ended before t
 /** The response under way. */
 export interface Active {
   id: string;
-  /** Its upstream calls (the chat stream, and a speech call beside it): a cancel or a drop aborts them all. */
-  calls: Set<UpstreamCall>;
+  /** Aborted to stop its upstream calls (the chat stream, and a speech call beside it): a cancel, a drop, a failed sentence. */
+  stop: AbortController;
   /** The ids of the items it outputs (they join the conversation when it is done). */
   itemIds: string[];
   /** Settles once the response is done and billed. */
@@ -56,5 +77,5 @@ export interface Active {
 
 /** Stops a response's upstream calls (what they produced is still billed). */
 export function abortCalls(a: Active): void {
-  for (const c of a.calls) c.abort();
+  a.stop.abort();
 }

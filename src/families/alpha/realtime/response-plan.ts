@@ -68,7 +68,7 @@ export function planResponse(ctx: SessionContext, r: Obj): { a: Active; plan: Pl
   const outOfBand = r.conversation === 'none';
   const extra = Array.isArray(r.input) ? (r.input as unknown[]).map((x, i) => clientItem(x, `response.input[${i}]`)) : [];
   const temperature = typeof r.temperature === 'number' ? r.temperature : typeof ctx.session.temperature === 'number' ? ctx.session.temperature : undefined;
-  const a: Active = { id: rid('resp'), calls: new Set(), itemIds: [], finished: null, cancelled: false, cancelReason: 'client_cancelled', dropped: false };
+  const a: Active = { id: rid('resp'), stop: new AbortController(), itemIds: [], finished: null, cancelled: false, cancelReason: 'client_cancelled', dropped: false };
   const plan: Plan = {
     maxOut: limit === 'inf' ? ctx.model.maxOutputTokens : limit, outOfBand, metadata: r.metadata ?? null, modalities,
     speech: spoken ? { voice, speed: (ctx.session.audio as { output: Obj }).output.speed as number ?? 1 } : null,

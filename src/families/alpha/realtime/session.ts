@@ -3,6 +3,7 @@ import type { Services } from '../../../services.js';
 import type { ModelConfig } from '../../../config.js';
 import type { Charge } from '../../../exchange/charge.js';
 import type { GatewayError } from '../../../errors.js';
+import { SessionEnd } from '../../../exchange/session-end.js';
 import { log } from '../../../observe/log.js';
 import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
 import { AudioTurns } from './audio-turns.js';
@@ -13,19 +14,20 @@ import { respond } from './response.js';
 import { planResponse } from './response-plan.js';
 import { updatedSession } from './session-config.js';
 import { IdleLimit } from './idle.js';
-import { abortCalls, CLIENT_ALIASES, eventOf, GOING_AWAY, POLICY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
+import { abortCalls, billedSoFar, CLIENT_ALIASES, eventOf, GOING_AWAY, POLICY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
 
 export class Realtime implements SessionHandler, SessionContext {
   session: Obj;
   readonly items: Item[] = [];
   readonly spoken = new Map<string, Spoken[]>();
-  seq = 0;
   ended = false;
   active: Active | null = null;
   work: Promise<void> = Promise.resolve();
   readonly caps: AudioCaps;
   private readonly turns: AudioTurns;
   private readonly idle: IdleLimit;
+  /** The session's one end (exchange/session-end.ts): nothing new starts, the work under way settles, the last word, the close, the slot freed. */
+  private readonly ending: SessionEnd;
 
   /** `expiresAt`: the client secret's expiry (ms), when a secret opened the session. */
   constructor(readonly s: Services, readonly socket: SessionSocket, readonly model: ModelConfig,
@@ -34,20 +36,19 @@ export class Realtime implements SessionHandler, SessionContext {
     this.caps = audioCaps(s, audio);
     this.turns = new AudioTurns(this);
     this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.active !== null, (e) => this.stop(e));
+    this.ending = new SessionEnd(socket, { stop: () => { this.ended = true; this.idle.stop(); }, idle: () => this.work }, () => charge);
     charge.watch((e) => this.stop(e), expiresAt, expired);
   }
 
   /**
    * The key was revoked, the client secret expired, or the session sat idle: a response under way
-   * stops (billed what it produced, as a cancel is), the client gets an `error` event saying why,
-   * and the socket closes with 1008.
+   * stops (billed what it produced, as a cancel is) and ends, the client gets an `error` event saying
+   * why, and the socket closes with 1008.
    */
   stop(e: GatewayError): void {
     if (this.ended) return;
-    this.ended = true;
-    this.idle.stop();
     if (this.active) { this.active.cancelled = true; abortCalls(this.active); }
-    void this.error(e.code, e.message, null, null, e.type).then(() => this.socket.close(POLICY, e.code));
+    void this.ending.end({ code: POLICY, reason: e.code, message: this.errorFrame(e) });
   }
 
   opened(): void {
@@ -135,26 +136,28 @@ export class Realtime implements SessionHandler, SessionContext {
     return this.work;
   }
 
-  end(code: number, reason: string): void {
+  /**
+   * Nothing more starts; once the part under way (the one refused inside, if any) has settled, the
+   * client hears what the session was billed in all, and the session ends with 1008.
+   */
+  refused(e: GatewayError): Promise<void> {
     this.ended = true;
-    this.socket.close(code, reason);
+    void this.work.then(() => this.ending.end({ code: POLICY, reason: e.code, message: this.errorFrame(e, `${e.message} ${billedSoFar(this.charge)}`) }));
+    return Promise.resolve();
+  }
+
+  private errorFrame(e: GatewayError, message = e.message): string {
+    return JSON.stringify({ event_id: rid('event'), type: 'error', error: { type: e.type, code: e.code, message, param: null, event_id: null } });
   }
 
   async closed(): Promise<void> {
-    this.ended = true;
-    this.idle.stop();
     // A response under way stops; what it produced is billed; then the slot is freed.
     if (this.active) { this.active.dropped = true; abortCalls(this.active); }
-    await this.work;
-    await this.charge.release();
+    await this.ending.end({ code: GOING_AWAY });
   }
 
   async shutdown(): Promise<void> {
-    this.ended = true;
-    this.idle.stop();
     // A response under way finishes and is billed, then the client hears 1001 (going away).
-    await this.work;
-    this.socket.close(GOING_AWAY, 'the gateway is shutting down');
-    await this.charge.release();
+    await this.ending.end({ code: GOING_AWAY, reason: 'the gateway is shutting down' });
   }
 }

@@ -1,23 +1,48 @@
-// A realtime response's reply spoken as it streams: each sentence, once complete, held (its characters), spoken by the speech upstream, and its PCM (resampled to 24 kHz where the upstream speaks at another rate) streamed as output_audio deltas, in order.
+// A realtime response's reply spoken as it streams: each sentence, once complete, held on the response's Part (its characters), spoken by the speech upstream through relayPart, its PCM (resampled to 24 kHz where the upstream speaks at another rate) streamed as output_audio deltas, in order.
 import { GatewayError } from '../../../errors.js';
-import { usage } from '../../../exchange/usage.js';
+import type { Meter } from '../../../exchange/meter.js';
+import type { Part } from '../../../exchange/part.js';
+import { usage, type Usage } from '../../../exchange/usage.js';
 import { presetVoice } from '../../../resolve/voices.js';
-import { bytes as samplesToBytes, int16, StreamResampler } from '../../../audio/index.js';
+import { audioEncoder, type AudioEncoder } from '../../../audio/index.js';
 import { callFor } from './calls.js';
 import type { SessionContext } from './context.js';
 import { sentenceCut } from './sentences.js';
-import { BYTES_PER_MS, POLICY, type Active, type Item } from './protocol.js';
+import { abortCalls, BYTES_PER_MS, RATE, type Active, type Item } from './protocol.js';
 
-/** What was spoken: characters the upstream accepted (billed), the audio delivered, what was held for it. */
-export interface SpeechResult { characters: number; audioOutMs: number; held: bigint; failure: GatewayError | null }
+/** What was spoken: characters the upstream accepted (billed), the audio delivered, and why the speaking stopped short. */
+export interface SpeechResult { characters: number; audioOutMs: number; failure: GatewayError | null }
 
 /**
- * Speaks a reply sentence by sentence while its text streams. Each chunk holds its characters first
- * (402 ends the session like any billed unit), then asks the speech upstream for PCM; chunks are
- * spoken one after another, so the audio deltas are in order. Characters are billed once the
- * upstream accepted them (a 200), as the speech routes bill them; the audio delivered is recorded
- * (audio out, priced only where the session model sets an audio_out price), and each chunk's text
- * and audio length are kept for conversation.item.truncate.
+ * One sentence's speech reply: the upstream's PCM resampled to the session's 24 kHz, read by read, its
+ * resampler's tail at the end (so no sentence loses its last samples). Its characters count from the
+ * upstream's 200 on (billed once accepted, as the speech routes bill them).
+ */
+class SentenceMeter implements Meter {
+  readonly mode = 'stream';
+  accepted = false;
+  done = false;
+  /** Audio bytes made so far (the running records' audio out). */
+  bytes = 0;
+  private readonly pcm: AudioEncoder;
+
+  constructor(rate: number, readonly characters: number) { this.pcm = audioEncoder('pcm', { inRate: rate, outRate: RATE }); }
+
+  onResponse(): { contentType: string } { this.accepted = true; return { contentType: 'audio/pcm' }; }
+  onData(chunk: Buffer): Buffer { return this.count(this.pcm.push(chunk)); }
+  onEnd(complete: boolean): Buffer { this.done = complete; return this.count(this.pcm.end()); }
+  get produced(): boolean { return this.accepted; }
+  usage(): Usage { return usage({ characters: this.accepted ? this.characters : 0, audioOutMs: Math.floor(this.bytes / BYTES_PER_MS), basis: this.done ? 'exact' : 'partial' }); }
+
+  private count(b: Buffer): Buffer { this.bytes += b.length; return b; }
+}
+
+/**
+ * Speaks a reply sentence by sentence while its text streams. Each sentence is held on the response's
+ * part first (its characters: a refusal ends the session like any billed unit), then relayed from the
+ * speech upstream; sentences are spoken one after another, so the audio deltas are in order. The
+ * audio delivered is billed as audio out (priced only where the session model sets an audio_out
+ * price), and each sentence's text and audio length are kept for conversation.item.truncate.
  */
 export class Speaker {
   private pending = '';
@@ -25,21 +50,22 @@ export class Speaker {
   private stopped = false;
   private accepted = false;
   private chunks = 0;
-  /** The chunk being spoken: its characters (accepted by the upstream) and the bytes of its audio so far. */
-  private live = { characters: 0, bytes: 0 };
-  readonly result: SpeechResult = { characters: 0, audioOutMs: 0, held: 0n, failure: null };
+  /** The sentence being spoken. */
+  private live: SentenceMeter | null = null;
+  readonly result: SpeechResult = { characters: 0, audioOutMs: 0, failure: null };
 
   constructor(private readonly ctx: SessionContext, private readonly a: Active, private readonly voice: { voice: string; speed: number },
-    private readonly item: Item, private readonly outputIndex: () => number, private readonly seq: number,
-    /** Writes the response's running record (throttled by the charge), before audio is sent. */
-    private readonly record: () => Promise<void>) {}
+    private readonly item: Item, private readonly outputIndex: () => number, private readonly part: Part,
+    /** What the whole response would bill now: its running records' usage. */
+    private readonly responseSoFar: () => Usage) {}
 
-  /** What has been spoken so far, the chunk under way included: the running record's characters and audio. */
+  /** What has been spoken so far, the sentence under way included: the running record's characters and audio. */
   soFar(): { characters: number; audioOutMs: number } {
-    return { characters: this.result.characters + this.live.characters, audioOutMs: this.result.audioOutMs + Math.floor(this.live.bytes / BYTES_PER_MS) };
+    const l = this.live?.usage();
+    return { characters: this.result.characters + (l?.characters ?? 0), audioOutMs: this.result.audioOutMs + (l?.audioOutMs ?? 0) };
   }
 
-  /** A speech chunk failed (or its hold was refused): the response stops. */
+  /** A sentence failed (or its hold was refused): the response stops. */
   get failure(): GatewayError | null { return this.result.failure; }
 
   /** More of the reply's text: each sentence it completes is queued to be spoken. */
@@ -65,7 +91,7 @@ export class Speaker {
     return this.result;
   }
 
-  /** The reply ended short (cancelled, dropped, failed): nothing more is spoken; resolves once the chunk under way ends. */
+  /** The reply ended short (cancelled, dropped, failed): nothing more is spoken; resolves once the sentence under way ends. */
   stop(): Promise<SpeechResult> {
     this.stopped = true;
     this.pending = '';
@@ -76,63 +102,44 @@ export class Speaker {
     this.chain = this.chain.then(() => this.say(text));
   }
 
+  /** The response stops: this sentence failed, or its hold was refused. */
+  private fail(e: GatewayError): void {
+    this.result.failure = e;
+    this.stopped = true;
+    abortCalls(this.a);
+  }
+
   private async say(text: string): Promise<void> {
     const { ctx, a, result } = this;
-    if (a.cancelled || a.dropped || result.failure) return;
+    if (a.stop.signal.aborted || result.failure) return;
     const tts = ctx.audio.tts!;
     const characters = [...text].length;
-    const held = ctx.charge.cost(usage({ characters, basis: 'exact' }));
     try {
-      await ctx.charge.extend(held);
+      await this.part.hold(usage({ characters, basis: 'exact' }));
     } catch (e) {
       if (!(e instanceof GatewayError)) throw e;
-      result.failure = e;
-      this.stopped = true;
-      await ctx.error(e.code, e.message, null, null, e.type);
-      ctx.end(POLICY, e.code);
+      this.fail(e);
+      await ctx.refused(e);
       return;
     }
-    result.held += held;
-    const req = { model: tts.upstreamModel, input: text, voice: presetVoice(this.voice.voice)?.upstreamVoice ?? this.voice.voice, response_format: 'pcm', speed: this.voice.speed };
-    let bytes = 0;
-    let accepted = false;
-    let whole = false;
-    try {
-      const { call, res, failed } = await callFor(ctx, a, tts.upstream, '/v1/audio/speech', '*/*', Buffer.from(JSON.stringify(req)), `${ctx.socket.id}-${this.seq}-speech-${++this.chunks}`);
-      if (failed) result.failure = failed;
-      if (res) {
-        accepted = true;
-        // Accepted by the upstream: its characters are billed from now on, so the running record counts them.
-        this.live = { characters, bytes: 0 };
-        // The session's audio is 24 kHz PCM; an upstream whose pcm is at another rate (Piper's 22.05 kHz) is resampled, not played fast.
-        const rate = ctx.s.upstreams.config(tts.upstream).speech.pcmRate;
-        const resampler = rate === 24_000 ? null : new StreamResampler(rate, 24_000);
-        let odd: Buffer | null = null;
-        for await (const chunk of res) {
-          let c = chunk as Buffer;
-          if (odd) { c = Buffer.concat([odd, c]); odd = null; }
-          if (c.length % 2) { odd = c.subarray(c.length - 1); c = c.subarray(0, c.length - 1); }
-          if (resampler) c = Buffer.from(samplesToBytes(resampler.push(int16(c))));
-          if (c.length === 0) continue;
-          bytes += c.length;
-          this.live.bytes = bytes;
-          await this.record();
-          if (!a.dropped) await ctx.emit({ type: 'response.output_audio.delta', response_id: a.id, item_id: this.item.id, output_index: this.outputIndex(), content_index: 0, delta: c.toString('base64') });
-          if (a.cancelled || a.dropped) { call.abort(); break; }
-        }
-        whole = res.complete && !a.cancelled && !a.dropped;
-        if (!a.cancelled && !a.dropped && !res.complete) result.failure = new GatewayError({ status: 502, code: 'upstream_error', message: 'The speech upstream broke off mid-reply.' });
-      }
-    } catch (e) {
-      if (!a.cancelled && !a.dropped) result.failure = e instanceof GatewayError ? e : new GatewayError({ status: 502, code: 'upstream_error', message: 'The speech upstream failed.' });
-    }
-    if (!accepted) return;
+    const meter = new SentenceMeter(ctx.s.upstreams.config(tts.upstream).speech.pcmRate, characters);
+    this.live = meter;
+    let sent = 0;
+    const body = Buffer.from(JSON.stringify({ model: tts.upstreamModel, input: text, voice: presetVoice(this.voice.voice)?.upstreamVoice ?? this.voice.voice, response_format: 'pcm', speed: this.voice.speed }));
+    const o = await callFor(ctx, a, { part: this.part, upstream: tts.upstream, path: '/v1/audio/speech', accept: '*/*', body, meter, usage: this.responseSoFar,
+      requestId: `${ctx.socket.id}-${this.part.seq}-speech-${++this.chunks}`,
+      send: async (out) => {
+        sent += out.length;
+        if (!a.dropped) await ctx.emit({ type: 'response.output_audio.delta', response_id: a.id, item_id: this.item.id, output_index: this.outputIndex(), content_index: 0, delta: Buffer.from(out).toString('base64') });
+      } });
+    // The sentence moves from `live` to the result at once: soFar() never counts it twice.
+    this.live = null;
+    if (o.failure && !a.cancelled && !a.dropped) this.fail(o.failure);
+    if (!meter.accepted) return;
     this.accepted = true;
-    // The chunk moves from `live` to the result at once: soFar() never counts it twice.
-    this.live = { characters: 0, bytes: 0 };
     result.characters += characters;
-    result.audioOutMs += Math.floor(bytes / BYTES_PER_MS);
+    result.audioOutMs += Math.floor(sent / BYTES_PER_MS);
     // What was spoken, for conversation.item.truncate.
-    ctx.spoken.set(this.item.id, [...(ctx.spoken.get(this.item.id) ?? []), { text, ms: Math.floor(bytes / BYTES_PER_MS), cut: !whole }]);
+    ctx.spoken.set(this.item.id, [...(ctx.spoken.get(this.item.id) ?? []), { text, ms: Math.floor(sent / BYTES_PER_MS), cut: !o.complete }]);
   }
 }

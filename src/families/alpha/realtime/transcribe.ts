@@ -1,11 +1,12 @@
 // An audio turn (committed from the input buffer, or an input_audio part of a created item) transcribed by the transcription upstream, billed by its duration as its own part of the session.
 import { GatewayError } from '../../../errors.js';
+import { Part } from '../../../exchange/part.js';
 import { usage, type Usage } from '../../../exchange/usage.js';
 import { wav } from '../../../audio/pcm.js';
 import { buildForm } from '../../../proxy/form.js';
 import { alpha } from '../family.js';
 import type { SessionContext } from './context.js';
-import { BYTES_PER_MS, POLICY, RATE, type Item, type Obj } from './protocol.js';
+import { BYTES_PER_MS, RATE, type Item, type Obj } from './protocol.js';
 
 /** The most transcription JSON read from an upstream. */
 const MAX_TRANSCRIPT_BYTES = 1 << 20;
@@ -18,19 +19,18 @@ const MAX_TRANSCRIPT_BYTES = 1 << 20;
 export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, contentIndex = 0): Promise<boolean> {
   const stt = ctx.audio.stt!;
   const u: Usage = usage({ audioInMs: Math.floor(pcm.length / BYTES_PER_MS), basis: 'exact' });
-  const cost = ctx.charge.cost(u);
   const failed = (e: GatewayError) => ctx.emit({ type: 'conversation.item.input_audio_transcription.failed', item_id: item.id, content_index: contentIndex,
     error: { type: e.type, code: e.code, message: e.message, param: e.param ?? null } });
+  let part: Part;
   try {
-    await ctx.charge.extend(cost);
+    part = await Part.begin(ctx.charge, { worst: u, reason: 'realtime.transcription' });
   } catch (e) {
     if (!(e instanceof GatewayError)) throw e;
     await failed(e);
-    await ctx.error(e.code, e.message, null, null, e.type);
-    ctx.end(POLICY, e.code);
+    await ctx.refused(e);
     return false;
   }
-  const seq = ++ctx.seq;
+  const id = `${ctx.socket.id}-${part.seq}`;
   const t = ((ctx.session.audio as { input: Obj }).input.transcription as Obj | null) ?? {};
   const form = buildForm([
     { name: 'model', value: stt.upstreamModel }, { name: 'response_format', value: 'json' },
@@ -42,10 +42,10 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, c
   let failure: GatewayError | null = null;
   try {
     const call = ctx.s.upstreams.call(stt.upstream, 'POST', '/v1/audio/transcriptions', { ...ctx.headers, 'content-type': form.contentType, accept: 'application/json' },
-      form.body, `${ctx.socket.id}-${seq}`);
+      form.body, id);
     const res = await call.response;
     if (res.statusCode !== 200) {
-      failure = await alpha.upstreamError(res, `${ctx.socket.id}-${seq}`);
+      failure = await alpha.upstreamError(res, id);
     } else {
       const parts: Buffer[] = [];
       let size = 0;
@@ -62,11 +62,11 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, c
     failure = e instanceof GatewayError ? e : new GatewayError({ status: 502, code: 'upstream_error', message: 'The transcription upstream failed or answered without a transcript.' });
   }
   if (text === null) {
-    await ctx.charge.settle(usage({ basis: 'exact' }), { seq, final: false, covers: cost });
+    await part.end(usage({ basis: 'exact' }));
     await failed(failure ?? new GatewayError({ status: 502, code: 'upstream_error', message: 'The transcription upstream failed.' }));
     return false;
   }
-  await ctx.charge.settle(u, { seq, final: false, covers: cost, extra: { transcription: stt.id }, reason: 'realtime.transcription' });
+  await part.end(u, { extra: { transcription: stt.id } });
   (item.content![contentIndex] as Obj).transcript = text;
   await ctx.emit({ type: 'conversation.item.input_audio_transcription.completed', item_id: item.id, content_index: contentIndex, transcript: text,
     usage: { type: 'duration', seconds: u.audioInMs / 1000 } });

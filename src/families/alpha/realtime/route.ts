@@ -1,15 +1,15 @@
 // WS /alpha/v1/realtime?model=...: OpenAI's realtime protocol (GA events); the route and the opening of a session (its model, admission, starting configuration). The session itself is in ./realtime/.
-import type { Services } from '../../services.js';
-import type { ModelConfig } from '../../config.js';
-import { GatewayError } from '../../errors.js';
-import { Charge } from '../../exchange/charge.js';
-import type { KeyRecord } from '../../store/keys.js';
-import { upgradeKey, type SocketRoute, type UpgradeRequest } from '../../server/ws.js';
-import { audioCaps, audioModels, chatOrRealtime, sessionPrices } from './realtime/models.js';
-import { RtError, type Obj } from './realtime/protocol.js';
-import { defaultSession, updatedSession } from './realtime/session-config.js';
-import { Realtime } from './realtime/session.js';
-import { openPassthrough } from './realtime-passthrough.js';
+import type { Services } from '../../../services.js';
+import type { ModelConfig } from '../../../config.js';
+import { GatewayError } from '../../../errors.js';
+import { Charge } from '../../../exchange/charge.js';
+import type { KeyRecord } from '../../../store/keys.js';
+import { upgradeKey, type SocketRoute, type UpgradeRequest } from '../../../server/ws.js';
+import { audioCaps, audioModels, chatOrRealtime, sessionPrices } from './models.js';
+import { RtError, type Obj } from './protocol.js';
+import { defaultSession, updatedSession } from './session-config.js';
+import { Realtime } from './session.js';
+import { openPassthrough } from './passthrough.js';
 
 /** The browser's key-carrying subprotocols (the family's own, and ours). */
 export const REALTIME_KEY_PROTOCOLS = ['openai-insecure-api-key.', 'alpha-insecure-api-key.'];

@@ -1,5 +1,5 @@
 // The client events a realtime pass-through refuses (what would change billing unseen) and the model-name rewrite of session events.
-import type { ModelConfig } from '../../config.js';
+import type { ModelConfig } from '../../../config.js';
 
 export type Obj = Record<string, unknown>;
 

@@ -1,17 +1,17 @@
 // POST /alpha/v1/realtime/client_secrets (and the older /realtime/sessions): short-lived secrets that open realtime sessions as their parent key.
 import { Type } from '@sinclair/typebox';
-import type { Services } from '../../services.js';
-import type { Route } from '../../server/router.js';
-import type { Ctx } from '../../server/context.js';
-import { GatewayError, type ErrorCode } from '../../errors.js';
-import { invalidKey, REALTIME_SECRET_PREFIX } from '../../gate/auth.js';
-import { base62, hashKey } from '../../store/ids.js';
-import type { KeyRecord } from '../../store/keys.js';
-import { insertSecret, secretSession } from '../../store/realtime-secrets.js';
-import { compile, parseJson } from '../validate.js';
-import { audioCaps, audioModels, chatOrRealtime } from './realtime/models.js';
-import { RtError } from './realtime/protocol.js';
-import { betaSessionView, defaultSession, updatedSession } from './realtime/session-config.js';
+import type { Services } from '../../../services.js';
+import type { Route } from '../../../server/router.js';
+import type { Ctx } from '../../../server/context.js';
+import { GatewayError, type ErrorCode } from '../../../errors.js';
+import { invalidKey, REALTIME_SECRET_PREFIX } from '../../../gate/auth.js';
+import { base62, hashKey } from '../../../store/ids.js';
+import type { KeyRecord } from '../../../store/keys.js';
+import { insertSecret, secretSession } from '../../../store/realtime-secrets.js';
+import { compile, parseJson } from '../../validate.js';
+import { audioCaps, audioModels, chatOrRealtime } from './models.js';
+import { RtError } from './protocol.js';
+import { betaSessionView, defaultSession, updatedSession } from './session-config.js';
 
 /** OpenAI's bounds: 10 s to 2 h, 10 minutes when not said. */
 const MIN_S = 10;

@@ -1,14 +1,14 @@
-// WS /alpha/v1/realtime on a `realtime_api` upstream: admits the session and opens the upstream's own realtime socket; the session relays (realtime-passthrough-session.ts).
-import type { Services } from '../../services.js';
-import type { ModelConfig } from '../../config.js';
-import type { KeyRecord } from '../../store/keys.js';
-import { GatewayError } from '../../errors.js';
-import { Charge } from '../../exchange/charge.js';
-import type { SessionHandler, SessionSocket, UpgradeRequest } from '../../server/ws.js';
-import { openUpstreamSocket, type WebSocket } from '../../proxy/ws-upstream.js';
-import { checkClientEvent, type Obj } from './realtime-passthrough-events.js';
-import { Passthrough } from './realtime-passthrough-session.js';
-import { alpha } from './family.js';
+// WS /alpha/v1/realtime on a `realtime_api` upstream: admits the session and opens the upstream's own realtime socket; the session relays (passthrough-session.ts).
+import type { Services } from '../../../services.js';
+import type { ModelConfig } from '../../../config.js';
+import type { KeyRecord } from '../../../store/keys.js';
+import { GatewayError } from '../../../errors.js';
+import { Charge } from '../../../exchange/charge.js';
+import type { SessionHandler, SessionSocket, UpgradeRequest } from '../../../server/ws.js';
+import { openUpstreamSocket, type WebSocket } from '../../../proxy/ws-upstream.js';
+import { checkClientEvent, type Obj } from './passthrough-events.js';
+import { Passthrough } from './passthrough-session.js';
+import { alpha } from '../family.js';
 
 /**
  * Opens a pass-through session: admitted (balance, ceiling, rpm, its concurrency slot) with nothing

@@ -1,18 +1,20 @@
-// A realtime pass-through session: client and upstream frames relayed in order, each response held, then settled from its response.done (or estimated).
-import type { Services } from '../../services.js';
-import type { ModelConfig } from '../../config.js';
-import { GatewayError } from '../../errors.js';
-import type { Charge } from '../../exchange/charge.js';
-import { usage, type Usage } from '../../exchange/usage.js';
-import { nd, type Nanodollars } from '../../money.js';
-import { log } from '../../observe/log.js';
-import { base62 } from '../../store/ids.js';
-import type { SessionHandler, SessionSocket } from '../../server/ws.js';
-import type { WebSocket } from '../../proxy/ws-upstream.js';
-import { OutputCount, PromptEstimate, bytesPerMs, realtimeUsage } from '../../meter/realtime-usage.js';
-import { checkClientEvent, rewriteSessionModel, type Obj } from './realtime-passthrough-events.js';
-import { eventOf } from './realtime/protocol.js';
-import { IdleLimit } from './realtime/idle.js';
+// A realtime pass-through session: client and upstream frames relayed in order, each response a Part (held at response.create, recorded as it streams, settled from its response.done or estimated).
+import type { Services } from '../../../services.js';
+import type { ModelConfig } from '../../../config.js';
+import { GatewayError } from '../../../errors.js';
+import type { Charge } from '../../../exchange/charge.js';
+import { Part } from '../../../exchange/part.js';
+import { SessionEnd } from '../../../exchange/session-end.js';
+import { usage, type Usage } from '../../../exchange/usage.js';
+import { log } from '../../../observe/log.js';
+import { base62 } from '../../../store/ids.js';
+import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
+import type { WebSocket } from '../../../proxy/ws-upstream.js';
+import { OutputCount, realtimeUsage } from '../../../meter/realtime-usage.js';
+import { ConversationEstimate } from './passthrough-estimate.js';
+import { checkClientEvent, rewriteSessionModel, type Obj } from './passthrough-events.js';
+import { billedSoFar, eventOf, withCost } from './protocol.js';
+import { IdleLimit } from './idle.js';
 
 const rid = (prefix: string): string => `${prefix}_${base62(16)}`;
 
@@ -31,20 +33,19 @@ const CANCEL_WAIT_MS = 5_000;
 /** How long a shutdown lets responses under way finish. */
 const SHUTDOWN_WAIT_MS = 20_000;
 
-/** A client response.create passed on, its hold taken, its response.created not yet seen. */
-interface Pending { eventId: string; held: Nanodollars }
-/** A response under way upstream: what was held for it, its part's number, its output so far. */
-interface Live { held: Nanodollars; seq: number; out: OutputCount }
+/** A client response.create passed on, its part begun (its worst case held), its response.created not yet seen. */
+interface Pending { eventId: string; part: Part }
+/** A response under way upstream: its part (null: refused, cancelled upstream, not billed), its output so far. */
+interface Live { part: Part | null; out: OutputCount }
 
 export class Passthrough implements SessionHandler {
-  private seq = 0;
   private ended = false;
   /** The client left (its socket closed): parts settled from now on are marked so in the ledger. */
   private dropped = false;
   /** Finishing: the upstream's frames are no longer read (what has not reported is estimated). */
   private draining = false;
   private upstreamGone = false;
-  private readonly prompt = new PromptEstimate();
+  private readonly estimate: ConversationEstimate;
   private pending: Pending[] = [];
   private readonly live = new Map<string, Live>();
   /** Upstream frames, handled one at a time in order (a response.done settles before the next frame). */
@@ -52,19 +53,18 @@ export class Passthrough implements SessionHandler {
   private openedNow: () => void = () => undefined;
   private queued = 0;
   private paused = false;
-  private inBytesPerMs = 48;
-  private outBytesPerMs = 48;
-  /** The session's max_output_tokens as the upstream last reported it. */
-  private sessionMaxOut: unknown = 'inf';
   private liveEmpty: (() => void)[] = [];
   private finishing: Promise<void> | null = null;
   /** Stopped by the gateway (key revoked, secret expired, idle), not dropped by the client. */
   private stopped = false;
   private readonly idle: IdleLimit;
+  private readonly ending: SessionEnd;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly model: ModelConfig,
     private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number) {
+    this.estimate = new ConversationEstimate(model, charge.prices);
     this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.live.size > 0 || this.pending.length > 0, (e) => this.stop(e));
+    this.ending = new SessionEnd(socket, { stop: () => { this.ended = true; this.idle.stop(); }, idle: () => this.finish() }, () => charge);
     charge.watch((e) => this.stop(e), expiresAt, 'The realtime client secret of this session has expired; the session is closed (mint a new secret to open another).');
     // The upstream greets at once (session.created), before the client's socket is open: its frames wait for it.
     this.chain = new Promise<void>((resolve) => { this.openedNow = resolve; });
@@ -89,29 +89,31 @@ export class Passthrough implements SessionHandler {
   opened(): void { this.openedNow(); }
 
   /**
-   * The key was revoked, the client secret expired, or the session sat idle: the client gets an
-   * `error` event saying why and the socket closes with 1008; responses under way are cancelled
-   * upstream and billed what the upstream reports for them (closed() → finish()).
+   * The key was revoked, the client secret expired, or the session sat idle: responses under way are
+   * cancelled upstream and billed what the upstream reports for them, then the client gets an `error`
+   * event saying why and the socket closes with 1008.
    */
   stop(e: GatewayError): void {
     if (this.ended) return;
-    this.ended = true;
     this.stopped = true;
-    this.idle.stop();
-    void this.error(e.code, e.message, null, null, e.type).then(() => this.socket.close(POLICY, e.code));
-  }
-
-  private emit(ev: Obj): Promise<void> {
-    return this.socket.send(JSON.stringify({ event_id: rid('event'), ...ev }));
+    this.endWith(POLICY, e.code, this.errorFrame(e.code, e.message, null, e.type));
   }
 
   private error(code: string | null, message: string, param: string | null = null, clientEventId: unknown = null, type = 'invalid_request_error'): Promise<void> {
-    return this.emit({ type: 'error', error: { type, code, message, param, event_id: typeof clientEventId === 'string' ? clientEventId : null } });
+    return this.socket.send(this.errorFrame(code, message, clientEventId, type, param));
   }
 
-  private end(code: number, reason: string): void {
-    this.ended = true;
-    this.socket.close(code, reason);
+  private errorFrame(code: string | null, message: string, clientEventId: unknown = null, type = 'invalid_request_error', param: string | null = null): string {
+    return JSON.stringify({ event_id: rid('event'), type: 'error', error: { type, code, message, param, event_id: typeof clientEventId === 'string' ? clientEventId : null } });
+  }
+
+  /**
+   * The session ends (exchange/session-end.ts), once: nothing more is passed on, responses under way
+   * are cancelled upstream and billed what they report (or estimated), then `message` and the close.
+   * Not awaited: it waits for the upstream frames in hand, and this may be one of them.
+   */
+  private endWith(code: number, reason: string, message?: string): void {
+    void this.ending.end({ code, reason, cancel: true, ...(message ? { message } : {}) });
   }
 
   /** A client frame: checked where billing or the model is at stake, then passed on as sent (or with its model name rewritten). */
@@ -123,70 +125,42 @@ export class Passthrough implements SessionHandler {
     const refused = checkClientEvent(m, this.model, (name) => this.s.models.find(name)?.id === this.model.id);
     if (refused) return this.error(refused.code, refused.message, refused.param, m.event_id);
     let out: string | Buffer = data;
+    this.estimate.client(m);
     switch (m.type) {
       case 'session.update': case 'transcription_session.update': {
         const session = m.session as Obj;
-        if (typeof session.instructions === 'string') this.prompt.addText(session.instructions);
         if (session.model !== undefined) { session.model = this.model.upstreamModel; out = JSON.stringify(m); }
         break;
       }
-      case 'conversation.item.create': this.countItem(m.item); break;
-      case 'input_audio_buffer.append':
-        if (typeof m.audio === 'string') this.prompt.addAudio(Math.floor((m.audio.length * 3) / 4) / this.inBytesPerMs);
-        break;
       case 'response.create': {
         // A billed unit: balance and ceiling checked again, a token of the key's rpm taken, its worst case held.
-        const r = (m.response ?? {}) as Obj;
-        const held = this.worstCase(r);
-        try {
-          await this.charge.extend(held, { countsAsRequest: true });
-        } catch (e) {
-          if (!(e instanceof GatewayError)) throw e;
-          await this.error(e.code, e.message, null, m.event_id, e.type);
-          this.end(POLICY, e.code);
-          return;
-        }
+        const part = await this.begin((m.response ?? {}) as Obj, m.event_id);
+        if (!part) return;
         // The upstream names this event in an error that refuses it: then its hold is given back.
         if (typeof m.event_id !== 'string' || m.event_id === '') { m.event_id = rid('event'); out = JSON.stringify(m); }
-        this.pending.push({ eventId: m.event_id as string, held });
+        this.pending.push({ eventId: m.event_id as string, part });
         break;
       }
       default: break;
     }
     this.up.send(out, { binary: false });
     if (this.up.bufferedAmount > UPSTREAM_BACKLOG_LIMIT) {
-      await this.error('client_too_fast', 'The session sends faster than the model upstream reads; it is closed.', null, null, 'server_error');
-      this.end(POLICY, 'client_too_fast');
+      this.endWith(POLICY, 'client_too_fast', this.errorFrame('client_too_fast', 'The session sends faster than the model upstream reads; it is closed.', null, 'server_error'));
     }
   }
 
-  /** A response's hold: the conversation's estimated prompt, plus its most output at the dearer of the text and audio output prices. */
-  private worstCase(r: Obj): Nanodollars {
-    const limit = r.max_output_tokens ?? r.max_response_output_tokens ?? this.sessionMaxOut;
-    const maxOut = typeof limit === 'number' && limit >= 1 ? Math.min(Math.floor(limit), this.model.maxOutputTokens) : this.model.maxOutputTokens;
-    const p = this.charge.prices;
-    const audioDearer = (p.audioOutputPerMTok ?? 0n) > p.outputPerMTok;
-    let extraText = 0;
-    if (typeof r.instructions === 'string') extraText += r.instructions.length;
-    if (Array.isArray(r.input)) extraText += JSON.stringify(r.input).length;
-    return this.charge.cost(usage({
-      inputTokens: this.prompt.text + extraText, audioInputTokens: this.prompt.audio,
-      ...(audioDearer ? { audioOutputTokens: maxOut } : { outputTokens: maxOut }), basis: 'estimated',
-    }));
-  }
-
-  /** What a client item adds to the conversation (for the prompt estimate). */
-  private countItem(item: unknown): void {
-    const content = (item as Obj | null)?.content;
-    if (Array.isArray(content)) {
-      for (const c of content as Obj[]) {
-        if (typeof c?.text === 'string') this.prompt.addText(c.text);
-        if (typeof c?.audio === 'string') this.prompt.addAudio(Math.floor((c.audio.length * 3) / 4) / this.inBytesPerMs);
-      }
-    }
-    for (const k of ['arguments', 'output'] as const) {
-      const v = (item as Obj | null)?.[k];
-      if (typeof v === 'string') this.prompt.addText(v);
+  /**
+   * A response's part, begun: its worst case held (balance and ceiling checked again, a token of the
+   * key's rpm taken). Refused: the client is told (an error event saying what the session was billed)
+   * and the session closes with 1008; null.
+   */
+  private async begin(r: Obj, clientEventId: unknown): Promise<Part | null> {
+    try {
+      return await Part.begin(this.charge, { worst: this.estimate.worstCase(r), countsAsRequest: true });
+    } catch (e) {
+      if (!(e instanceof GatewayError)) throw e;
+      this.endWith(POLICY, e.code, this.errorFrame(e.code, `${e.message} ${billedSoFar(this.charge)}`, clientEventId, e.type));
+      return null;
     }
   }
 
@@ -206,72 +180,65 @@ export class Passthrough implements SessionHandler {
     switch (ev.type) {
       case 'session.created': case 'session.updated': {
         const session = (ev.session ?? {}) as Obj;
-        const audio = (session.audio ?? {}) as { input?: Obj; output?: Obj };
-        this.inBytesPerMs = bytesPerMs(audio.input?.format ?? session.input_audio_format);
-        this.outBytesPerMs = bytesPerMs(audio.output?.format ?? session.output_audio_format);
-        this.sessionMaxOut = session.max_output_tokens ?? session.max_response_output_tokens ?? 'inf';
+        this.estimate.session(session);
         if (rewriteSessionModel(session, this.model)) out = JSON.stringify(ev);
         break;
       }
       case 'response.created': await this.responseCreated(ev); break;
-      case 'response.done': await this.responseDone(ev); break;
+      case 'response.done': out = await this.responseDone(ev) ?? out; break;
       case 'error': {
         const id = (ev.error as Obj | undefined)?.event_id;
         const i = this.pending.findIndex((p) => p.eventId === id);
         if (i >= 0) {
           // The upstream refused a response.create: nothing runs, its hold is given back.
           const [p] = this.pending.splice(i, 1);
-          await this.charge.settle(usage({ basis: 'exact' }), { final: false, covers: p!.held });
+          await p!.part.end(usage({ basis: 'exact' }));
         }
         break;
       }
       default: {
-        const rid_ = ev.response_id;
-        if (typeof rid_ === 'string') this.live.get(rid_)?.out.add(ev, this.outBytesPerMs);
+        const l = typeof ev.response_id === 'string' ? this.live.get(ev.response_id) : undefined;
+        if (l) {
+          // A refused response's output is not passed on; a part's output is recorded before it is (the first record awaited).
+          if (!l.part) return;
+          l.out.add(ev, this.estimate.outBytesPerMs);
+          if (l.out.produced) await l.part.record(l.out.usage(this.estimate.prompt));
+        }
       }
     }
     await this.socket.send(out);
   }
 
-  /** A response began upstream: it takes the hold of the oldest response.create passed on, or (one the upstream began itself, server VAD) holds its own. */
+  /** A response began upstream: it is the part of the oldest response.create passed on, or (one the upstream began itself, server VAD) begins its own. */
   private async responseCreated(ev: Obj): Promise<void> {
     const id = (ev.response as Obj | undefined)?.id;
     if (typeof id !== 'string') return;
-    let held: Nanodollars;
-    const p = this.pending.shift();
-    if (p) held = p.held;
-    else {
-      held = this.worstCase({});
-      try {
-        await this.charge.extend(held, { countsAsRequest: true });
-      } catch (e) {
-        if (!(e instanceof GatewayError)) throw e;
-        // Refused: the response is cancelled upstream and billed what it reports (or the estimate).
-        this.live.set(id, { held: nd(0n), seq: ++this.seq, out: new OutputCount() });
-        this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
-        await this.error(e.code, e.message, null, null, e.type);
-        this.end(POLICY, e.code);
-        return;
-      }
-    }
-    this.live.set(id, { held, seq: ++this.seq, out: new OutputCount() });
+    const part = this.pending.shift()?.part ?? await this.begin({}, null);
+    // Refused: the response is cancelled upstream, its output not passed on, nothing billed (the session is closing).
+    if (!part) this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
+    this.live.set(id, { part, out: new OutputCount() });
   }
 
-  /** A response ended: the usage it reports is settled as its part; without one, what it produced is estimated (nothing, if it failed). */
-  private async responseDone(ev: Obj): Promise<void> {
+  /**
+   * A response ended: the usage it reports is settled as its part; without one, what it produced is
+   * estimated (nothing, if it failed). The usage block the client gets carries the part's `cost`
+   * (dollars, exactly its debit): the event to send then (null: as it came).
+   */
+  private async responseDone(ev: Obj): Promise<string | null> {
     const r = (ev.response ?? {}) as Obj;
     const id = typeof r.id === 'string' ? r.id : '';
     const l = this.live.get(id);
     this.live.delete(id);
+    if (this.live.size === 0) for (const w of this.liveEmpty.splice(0)) w();
     const reported = realtimeUsage(r.usage);
-    if (reported) this.prompt.reported(reported);
+    if (reported) this.estimate.prompt.reported(reported);
+    if (!l?.part) return null;
     let u: Usage;
     if (reported) u = reported;
-    else if (l && l.out.produced && r.status !== 'failed') u = l.out.usage(this.prompt);
+    else if (l.out.produced && r.status !== 'failed') u = l.out.usage(this.estimate.prompt);
     else u = usage({ basis: 'exact' });
-    await this.charge.settle(u, { seq: l?.seq ?? ++this.seq, final: false, covers: l?.held ?? (nd(0n)),
-      extra: { response_id: id, status: typeof r.status === 'string' ? r.status : null, ...(this.dropped ? { client_dropped: true } : {}) } });
-    if (this.live.size === 0) for (const w of this.liveEmpty.splice(0)) w();
+    const { cost } = await l.part.end(u, { extra: { response_id: id, status: typeof r.status === 'string' ? r.status : null, ...(this.dropped ? { client_dropped: true } : {}) } });
+    return r.usage && typeof r.usage === 'object' && !Array.isArray(r.usage) ? withCost(ev, r, cost) : null;
   }
 
   /** The upstream closed: responses under way are billed what they produced; a client still here hears why, and the session closes. */
@@ -279,18 +246,18 @@ export class Passthrough implements SessionHandler {
     this.upstreamGone = true;
     if (this.draining) return;
     await this.settleCut();
-    if (this.ended) return;
-    await this.error('upstream_closed', `The model upstream closed the session (code ${code}); what it produced is billed.`, null, null, 'server_error');
-    this.end(UPSTREAM_FAILED, 'upstream closed');
+    this.endWith(UPSTREAM_FAILED, 'upstream closed', this.errorFrame('upstream_closed', `The model upstream closed the session (code ${code}); what it produced is billed.`, null, 'server_error'));
   }
 
   /** Responses that will never report: each billed the prompt estimate plus the output its deltas showed. */
   private async settleCut(): Promise<void> {
     for (const [id, l] of [...this.live]) {
       this.live.delete(id);
-      const u = l.out.produced ? l.out.usage(this.prompt) : usage({ basis: 'partial' });
-      await this.charge.settle(u, { seq: l.seq, final: false, covers: l.held, extra: { response_id: id, status: 'cut', ...(this.dropped ? { client_dropped: true } : {}) } });
+      const u = l.out.produced ? l.out.usage(this.estimate.prompt) : usage({ basis: 'partial' });
+      await l.part?.end(u, { extra: { response_id: id, status: 'cut', ...(this.dropped ? { client_dropped: true } : {}) } });
     }
+    // Response.creates the upstream never began: their holds are given back.
+    for (const p of this.pending.splice(0)) await p.part.end(usage({ basis: 'exact' }));
     for (const w of this.liveEmpty.splice(0)) w();
   }
 
@@ -305,37 +272,36 @@ export class Passthrough implements SessionHandler {
     clearTimeout(timer);
   }
 
-  /** Once: responses under way are cancelled (or let finish), their usage settled, the upstream closed, the session's hold freed. */
-  private finish(cancel: boolean, waitMs: number): Promise<void> {
+  /**
+   * The session's work winding down (its end's `idle`), once: responses under way are cancelled (an
+   * end that cancels) or let finish (a shutdown), their usage settled, the upstream closed. The end
+   * then says its last word, closes and frees the session's hold.
+   */
+  private finish(): Promise<void> {
     this.finishing ??= (async () => {
+      const cancel = this.ending.signal.aborted;
       this.openedNow();
       if (this.paused) { this.paused = false; this.up.resume(); }
       if (!this.upstreamGone && this.up.readyState === 1) {
         if (cancel) for (const id of this.live.keys()) this.up.send(JSON.stringify({ type: 'response.cancel', response_id: id }));
-        await this.quiet(waitMs);
+        await this.quiet(cancel ? CANCEL_WAIT_MS : SHUTDOWN_WAIT_MS);
       }
       this.draining = true;
       await this.chain;
       this.up.terminate();
       await this.settleCut();
-      await this.charge.release();
     })();
     return this.finishing;
   }
 
   async closed(): Promise<void> {
-    this.ended = true;
-    this.idle.stop();
     this.dropped = !this.stopped;
     // A dropped client: responses under way are cancelled upstream and billed what the upstream reports for them.
-    await this.finish(true, CANCEL_WAIT_MS);
+    await this.ending.end({ code: GOING_AWAY, cancel: true });
   }
 
   async shutdown(): Promise<void> {
-    this.ended = true;
-    this.idle.stop();
     // Responses under way finish and are billed, then the client hears 1001 (going away).
-    await this.finish(false, SHUTDOWN_WAIT_MS);
-    this.end(GOING_AWAY, 'the gateway is shutting down');
+    await this.ending.end({ code: GOING_AWAY, reason: 'the gateway is shutting down' });
   }
 }
