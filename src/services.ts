@@ -22,6 +22,9 @@ import { batchEndpoints } from './families/alpha/batches.js';
 import { FileSweeper } from './jobs/file-sweeper.js';
 import { findFfmpeg, type Ffmpeg } from './audio/ffmpeg.js';
 import { log } from './observe/log.js';
+import { UnbilledLog } from './ledger/unbilled.js';
+import { ReceiptSigner } from './ledger/receipt.js';
+import { receiptKey } from './store/receipts.js';
 
 export interface Services {
   config: Config;
@@ -47,6 +50,10 @@ export interface Services {
   sims: SimHandle[];
   /** Debian's ffmpeg, found at start-up: converts speech to the formats src/audio cannot make (aac). */
   ffmpeg: Ffmpeg | undefined;
+  /** Admitted requests that billed nothing (their free receipts), written in groups. */
+  unbilled: UnbilledLog;
+  /** Signs receipts with the key every instance on this database shares. */
+  receipts: ReceiptSigner;
 }
 
 /** The debit journal of a process without Redis: in the data dir (PGlite's or, with PostgreSQL, its own). */
@@ -95,7 +102,9 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   };
   const ffmpeg = await finding;
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
-  const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,
+  // The receipt signing key: the database's, made by the first instance that starts on it.
+  const receipts = new ReceiptSigner(await receiptKey(db, ReceiptSigner.generate));
+  const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg, unbilled: new UnbilledLog(db), receipts,
     models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls) };
   const s = { ...base, billing: new Billing(base) } as Services;
   s.batches = new BatchWorker(s, batchEndpoints());
@@ -126,6 +135,7 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
   await s.fileSweeper.stop();
   const committed = await s.committer.drain(deadline);
   await s.settler.drain();
+  await s.unbilled.flush();
   await Promise.all(s.admission.openHolds.releasing);
   s.billing.close();
   s.cache.stop();

@@ -7,6 +7,8 @@ import { upstreamMalformed } from '../proxy/upstream.js';
 import { log } from '../observe/log.js';
 import type { Charge } from './charge.js';
 import type { Meter } from './meter.js';
+import { nanoToFixed9 } from '../money.js';
+import { usageRecord, type Usage } from './usage.js';
 
 /** The client side of an exchange, as the front end provides it (no transport type leaks in here). */
 export interface Downstream {
@@ -76,8 +78,19 @@ async function buffered(r: Relay, res: ReplyBody, started: bigint, contentType: 
   await read(res, r.meter);
   r.down.upstreamNs = process.hrtime.bigint() - started;
   const body = r.meter.onEnd(true);
-  await r.charge.settle(r.meter.usage(), { extra: r.down.aborted ? { client_dropped: true } : {} });
-  r.down.send(200, body, headers, contentType);
+  const u = r.meter.usage();
+  const { cost } = await r.charge.settle(u, { extra: r.down.aborted ? { client_dropped: true } : {} });
+  r.down.send(200, body, { ...headers, ...costHeaders(cost, u) }, contentType);
+}
+
+/**
+ * What a reply whose debit is known when its headers go out says of it: `x-tollgate-cost`, exactly the
+ * debit in decimal dollars with 9 decimals, and `x-tollgate-units`, the units it was priced by as the
+ * ledger names them (`input_tokens=12,output_tokens=30`).
+ */
+export function costHeaders(cost: bigint, u: Usage): Record<string, string> {
+  const units = Object.entries(usageRecord(u)).filter(([k]) => k !== 'basis').map(([k, v]) => `${k}=${String(v)}`).join(',');
+  return { 'x-tollgate-cost': nanoToFixed9(cost), 'x-tollgate-units': units };
 }
 
 /** Feeds a whole reply to the meter (bounded); a reply cut short is malformed. */
