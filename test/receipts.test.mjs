@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createPublicKey, verify } from 'node:crypto';
-import { startGateway, bearer, chatBody, assertInvariants, priceNano } from './helpers/gateway.mjs';
+import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToNano } from './helpers/gateway.mjs';
 
 /** RFC 8785 for what a receipt holds (strings, whole numbers, booleans, null): sorted keys, no whitespace. */
 function canonical(v) {
@@ -134,3 +134,66 @@ for (const store of ['postgres', 'pglite']) {
     await assertInvariants(assert, gw, account);
   });
 }
+
+test('a dropped stream and batch lines have receipts: client_dropped billed what was produced, a failed line free', async (t) => {
+  const gw = await startGateway(t, { store: 'pglite', batches: { poll_ms: 50 } });
+  const { key, account } = await gw.account('2');
+  // A stream the client leaves after a few tokens: billed what was produced, and the receipt says who left.
+  const ctl = new AbortController();
+  const res = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), 'x-sim-token-delay-ms': '40' },
+    body: chatBody({ stream: true, max_tokens: 60 }), signal: ctl.signal });
+  const id = res.headers.get('x-request-id');
+  const reader = res.body.getReader();
+  let text = '';
+  while ((text.match(/"content":"[^"]/g) ?? []).length < 4) text += Buffer.from((await reader.read()).value).toString();
+  ctl.abort();
+  let r;
+  for (const until = Date.now() + 5000; Date.now() < until;) {
+    const got = await receipt(gw, key, id);
+    if (got.status === 200) { r = await verified(gw, got); break; }
+    await got.body?.cancel();
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+  assert.ok(r, 'the dropped stream has a receipt');
+  assert.equal(r.outcome, 'client_dropped');
+  assert.ok(r.units.output_tokens >= 4 && r.units.output_tokens < 60, `${r.units.output_tokens} tokens produced`);
+  assert.equal(r.cost, fixed9(priceNano(r.units.input_tokens, r.units.output_tokens)));
+  const show = await gw.cli('account', 'show', account);
+  assert.equal(Number((2 - show.balance).toFixed(9)), Number(r.cost), 'the receipt is the whole debit');
+
+  // A batch: a line that ran (billed at the batch prices) and a line that failed (free), each by its output's request_id.
+  const lines = [
+    { custom_id: 'ok-1', method: 'POST', url: '/v1/chat/completions', body: { model: 'sim-chat', messages: [{ role: 'user', content: 'Hello batch' }], max_tokens: 10 } },
+    { custom_id: 'bad-1', method: 'POST', url: '/v1/chat/completions', body: { model: 'no-such-model', messages: [{ role: 'user', content: 'Hi' }] } },
+  ];
+  const form = new FormData();
+  form.append('purpose', 'batch');
+  form.append('file', new Blob([lines.map((l) => JSON.stringify(l)).join('\n') + '\n']), 'in.jsonl');
+  const file = await (await gw.fetch('/v1/files', { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form })).json();
+  const created = await (await gw.fetch('/v1/batches', { method: 'POST', headers: bearer(key),
+    body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }) })).json();
+  let b;
+  for (const until = Date.now() + 60_000; Date.now() < until;) {
+    b = await (await gw.fetch(`/v1/batches/${created.id}`, { headers: bearer(key) })).json();
+    if (b.status === 'completed') break;
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+  assert.equal(b.status, 'completed');
+  const out = JSON.parse((await (await gw.fetch(`/v1/files/${b.output_file_id}/content`, { headers: bearer(key) })).text()).trim());
+  const err = JSON.parse((await (await gw.fetch(`/v1/files/${b.error_file_id}/content`, { headers: bearer(key) })).text()).trim());
+  const line = await verified(gw, await receipt(gw, key, out.response.request_id));
+  assert.equal(line.request_id, out.response.request_id);
+  assert.deepEqual(line.batch, { id: b.id, custom_id: 'ok-1' });
+  assert.equal(line.route, 'batch.chat.completions');
+  const u = out.response.body.usage;
+  assert.deepEqual(line.units, { input_tokens: u.prompt_tokens, output_tokens: u.completion_tokens });
+  const batchCost = priceNano(u.prompt_tokens, u.completion_tokens, dollarsToNano(line.unit_prices.input_per_mtok), dollarsToNano(line.unit_prices.output_per_mtok));
+  assert.equal(line.cost, fixed9(batchCost));
+  const bad = await verified(gw, await receipt(gw, key, err.response.request_id));
+  assert.equal(bad.outcome, 'failed');
+  assert.equal(bad.cost, '0.000000000');
+  assert.deepEqual(bad.batch, { id: b.id, custom_id: 'bad-1' });
+  const other = await gw.account('1');
+  assert.equal((await receipt(gw, other.key, out.response.request_id)).status, 404);
+  await assertInvariants(assert, gw, account);
+});

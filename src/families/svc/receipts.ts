@@ -33,7 +33,7 @@ export async function receiptOf(s: Services, accountId: string, id: string): Pro
   const billed = await ledgerEntriesOf(s.db, accountId, `batch:${line.batchId}:${line.customId}`);
   if (billed.length > 0) return { ...billedReceipt(head, billed), batch: ref };
   if (line.state !== 'done') return null;
-  return { ...unbilledReceipt(head, { keyPrefix: line.keyPrefix, route: `batch.${line.endpoint}`, model: line.model, outcome: 'failed', startedAt: line.createdAt, endedAt: line.createdAt }), batch: ref };
+  return { ...unbilledReceipt(head, { keyPrefix: line.keyPrefix, route: `batch.${line.endpoint.replace(/^\/v1\//, '').replace(/\//g, '.')}`, model: line.model, outcome: 'failed', startedAt: line.createdAt, endedAt: line.createdAt }), batch: ref };
 }
 
 function param(q: URLSearchParams, name: string): string | null {
