@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createPublicKey, verify } from 'node:crypto';
+import WebSocket from 'ws';
 import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToNano } from './helpers/gateway.mjs';
 
 /** RFC 8785 for what a receipt holds (strings, whole numbers, booleans, null): sorted keys, no whitespace. */
@@ -195,5 +196,50 @@ test('a dropped stream and batch lines have receipts: client_dropped billed what
   assert.deepEqual(bad.batch, { id: b.id, custom_id: 'bad-1' });
   const other = await gw.account('1');
   assert.equal((await receipt(gw, other.key, out.response.request_id)).status, 404);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a realtime session has one receipt listing its parts (each response and transcription a part with its seq), summed', async (t) => {
+  const gw = await startGateway(t, { embedded: true });
+  const { account } = await gw.cli('account', 'create', '--email', `r${Date.now()}@example.com`, '--credit', '2').then((a) => ({ account: a.account_id }));
+  const { key } = await gw.newKey(account, { scopes: 'llm,voice' });
+  const frames = await new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${gw.url.replace(/^http/, 'ws')}/v1/realtime?model=gpt-realtime`, { headers: bearer(key) });
+    const seen = [];
+    let responses = 0;
+    ws.on('open', () => {
+      ws.send(JSON.stringify({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Hello there' }] } }));
+      ws.send(JSON.stringify({ type: 'response.create', response: { output_modalities: ['text'], max_output_tokens: 12 } }));
+    });
+    ws.on('message', (d) => {
+      const f = JSON.parse(d.toString());
+      seen.push(f);
+      if (f.type === 'error') ws.close();
+      if (f.type === 'response.done' && ++responses === 1) ws.send(JSON.stringify({ type: 'response.create', response: { output_modalities: ['text'], max_output_tokens: 8 } }));
+      else if (f.type === 'response.done') ws.close();
+    });
+    ws.on('close', () => resolve(seen));
+    ws.on('error', reject);
+  });
+  const done = frames.filter((f) => f.type === 'response.done');
+  assert.equal(done.length, 2, JSON.stringify(frames.filter((f) => f.type === 'error')));
+  const sessionId = frames.find((f) => f.type === 'session.created').session.id;
+  let r;
+  for (const until = Date.now() + 5000; Date.now() < until;) {
+    const got = await receipt(gw, key, sessionId);
+    if (got.status === 200) { r = await verified(gw, got); if (r.parts?.length === 2) break; } else await got.body?.cancel();
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+  assert.equal(r.request_id, sessionId);
+  assert.deepEqual(r.parts.map((p) => p.seq), r.parts.map((p) => p.seq).sort((a, b) => a - b));
+  assert.deepEqual(r.parts.map((p) => p.route), ['realtime.response', 'realtime.response']);
+  for (const [i, p] of r.parts.entries()) {
+    assert.equal(p.units.input_tokens, done[i].response.usage.input_tokens);
+    assert.equal(p.units.output_tokens, done[i].response.usage.output_tokens);
+  }
+  const sum = r.parts.reduce((a, p) => a + dollarsToNano(p.cost), 0n);
+  assert.equal(r.cost, fixed9(sum));
+  const show = await gw.cli('account', 'show', account);
+  assert.equal(Number((2 - show.balance).toFixed(9)), Number(r.cost), 'the session receipt is every debit of the session');
   await assertInvariants(assert, gw, account);
 });
