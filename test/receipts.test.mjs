@@ -161,6 +161,18 @@ test('a dropped stream and batch lines have receipts: client_dropped billed what
   assert.equal(r.cost, fixed9(priceNano(r.units.input_tokens, r.units.output_tokens)));
   const show = await gw.cli('account', 'show', account);
   assert.equal(Number((2 - show.balance).toFixed(9)), Number(r.cost), 'the receipt is the whole debit');
+  assert.equal(r.route, 'chat.completions');
+
+  // Speech is billed by its whole text once any audio is sent: its cost goes out in the headers, and the receipt matches.
+  const voice = await gw.newKey(account, { scopes: 'voice' });
+  const spoken = 'Thirty-one characters are here.';
+  const tts = await gw.fetch('/beta/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb', { method: 'POST', headers: { 'xi-api-key': voice.key, 'content-type': 'application/json' }, body: JSON.stringify({ text: spoken }) });
+  assert.equal(tts.status, 200);
+  await tts.arrayBuffer();
+  assert.equal(tts.headers.get('x-tollgate-cost'), fixed9(31n * 15n * 1000n), '31 characters at $15 per million');
+  assert.equal(tts.headers.get('x-tollgate-units'), 'input_tokens=0,output_tokens=0,characters=31');
+  const tr = await verified(gw, await receipt(gw, voice.key, tts.headers.get('x-request-id')));
+  assert.deepEqual([tr.route, tr.cost, tr.units], ['beta.tts', fixed9(31n * 15n * 1000n), { characters: 31 }]);
 
   // A batch: a line that ran (billed at the batch prices) and a line that failed (free), each by its output's request_id.
   const lines = [
@@ -199,7 +211,7 @@ test('a dropped stream and batch lines have receipts: client_dropped billed what
   await assertInvariants(assert, gw, account);
 });
 
-test('a realtime session has one receipt listing its parts (each response and transcription a part with its seq), summed', async (t) => {
+test('a realtime session has one receipt listing its parts by seq (each response a part), their units and costs summed', async (t) => {
   const gw = await startGateway(t, { embedded: true });
   const { account } = await gw.cli('account', 'create', '--email', `r${Date.now()}@example.com`, '--credit', '2').then((a) => ({ account: a.account_id }));
   const { key } = await gw.newKey(account, { scopes: 'llm,voice' });

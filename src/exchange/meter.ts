@@ -25,4 +25,9 @@ export interface Meter {
   readonly produced: boolean;
   /** What was consumed: exact once the reply is whole, partial before. */
   usage(): Usage;
+  /**
+   * A stream whose bill is fixed before its first byte (speech: the whole input, billed once any audio is
+   * sent): that usage, so its cost goes out in the headers. Absent: the cost is known only at the end.
+   */
+  known?(): Usage;
 }

@@ -63,7 +63,10 @@ export async function relay(r: Relay): Promise<void> {
     const res = await r.call.response;
     if (res.statusCode !== 200) throw await r.upstreamError(res);
     const head = r.meter.onResponse(res.headers);
-    const headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
+    let headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
+    // A stream billed a fixed amount once anything is sent (speech) says so up front; others' cost is known at their end.
+    const known = r.meter.mode === 'stream' ? r.meter.known?.() : undefined;
+    if (known) headers = { ...headers, ...costHeaders(r.charge.cost(known), known) };
     res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
     const body: ReplyBody = r.convert ? r.convert(res) : res;
     if (r.meter.mode === 'buffered') await buffered(r, body, started, head.contentType, headers);

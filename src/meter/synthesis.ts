@@ -47,6 +47,10 @@ export class SpeechMeter implements Meter {
     return out;
   }
 
+  known(): Usage {
+    return usage({ ...this.bill, basis: 'exact' });
+  }
+
   usage(): Usage {
     if (this.done) return usage({ ...this.bill, basis: 'exact' });
     return this.produced ? usage({ ...this.bill, basis: 'partial' }) : usage({ basis: 'partial' });
