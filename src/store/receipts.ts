@@ -59,6 +59,12 @@ export async function insertUnbilled(db: Queryable, rows: UnbilledRequest[]): Pr
       rows.map((r) => r.outcome), rows.map((r) => r.startedAt.toISOString()), rows.map((r) => r.endedAt.toISOString())]);
 }
 
+/** Deletes unbilled-request records that ended before `before` (free receipts are kept for a while, not for ever). */
+export async function pruneUnbilled(db: Queryable, before: Date): Promise<number> {
+  const res = await db.query('DELETE FROM unbilled_requests WHERE ended_at < $1', [before]);
+  return res.rowCount ?? 0;
+}
+
 /** The account's unbilled requests under this id (several when a client reused it), with their key's prefix. */
 export async function unbilledOf(db: Queryable, accountId: string, requestId: string): Promise<(UnbilledRequest & { keyPrefix: string | null })[]> {
   const res = await db.query(
