@@ -173,6 +173,10 @@ test('a dropped stream and batch lines have receipts: client_dropped billed what
   assert.equal(tts.headers.get('x-tollgate-units'), 'input_tokens=0,output_tokens=0,characters=31');
   const tr = await verified(gw, await receipt(gw, voice.key, tts.headers.get('x-request-id')));
   assert.deepEqual([tr.route, tr.cost, tr.units], ['beta.tts', fixed9(31n * 15n * 1000n), { characters: 31 }]);
+  const timed = await gw.fetch('/beta/v1/text-to-speech/JBFqnCBsd6RMkjVDRZzb/stream/with-timestamps', { method: 'POST', headers: { 'xi-api-key': voice.key, 'content-type': 'application/json' }, body: JSON.stringify({ text: spoken }) });
+  assert.equal(timed.status, 200);
+  await timed.arrayBuffer();
+  assert.equal(timed.headers.get('x-tollgate-cost'), fixed9(31n * 15n * 1000n), 'a timestamped stream says its cost up front too');
 
   // A batch: a line that ran (billed at the batch prices) and a line that failed (free), each by its output's request_id.
   const lines = [

@@ -114,6 +114,10 @@ export class TimestampsMeter implements Meter {
     return `${JSON.stringify({ audio_base64: tail.toString('base64'), alignment: a, normalized_alignment: a })}\n`;
   }
 
+  known(): Usage {
+    return usage({ characters: [...this.text].length, basis: 'exact' });
+  }
+
   usage(): Usage {
     if (this.done) return usage({ characters: [...this.text].length, basis: 'exact' });
     return usage({ characters: this.produced ? [...this.text].length : 0, basis: 'partial' });
