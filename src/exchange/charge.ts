@@ -126,7 +126,8 @@ export class Charge {
     const covered = opts.covers ?? cost;
     if (isZero(u)) {
       // Nothing to bill: a final settle frees the hold; a part gives back what was held for it.
-      if (final) await this.release(opts.extra?.client_dropped === true ? 'client_dropped' : 'complete');
+      // Its free receipt: the client left, or it was cut before producing anything (partial), or it used nothing.
+      if (final) await this.release(opts.extra?.client_dropped === true ? 'client_dropped' : u.basis === 'partial' ? 'failed' : 'complete');
       else await this.hold.shrink(covered);
       return { cost };
     }
