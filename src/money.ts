@@ -34,6 +34,13 @@ export function nanoToDecimal(v: bigint): string {
   return `${neg ? '-' : ''}${whole}${frac ? `.${frac}` : ''}`;
 }
 
+/** Decimal dollars with exactly 9 decimals, e.g. 1500000000n -> "1.500000000" (the `x-tollgate-cost` header, receipts). */
+export function nanoToFixed9(v: bigint): string {
+  const neg = v < 0n;
+  const a = neg ? -v : v;
+  return `${neg ? '-' : ''}${a / NANO_PER_DOLLAR}.${(a % NANO_PER_DOLLAR).toString().padStart(9, '0')}`;
+}
+
 /** Dollars as a JSON number for responses (the only place money becomes a float). */
 export function nanoToDollars(v: bigint): number {
   return Number(nanoToDecimal(v));

@@ -21,6 +21,7 @@ import { measureAudio } from './meter/audio.js';
 import { accountRoutes as betaAccountRoutes } from './families/beta/account.js';
 import { keyRoutes } from './families/svc/key.js';
 import { billingRoutes } from './families/svc/billing.js';
+import { receiptRoutes } from './families/svc/receipts.js';
 import { consoleRoutes } from './console/routes.js';
 import { streamInputRoute } from './families/beta/stream-input.js';
 import { multiStreamInputRoute } from './families/beta/multi-stream-input.js';
@@ -58,7 +59,7 @@ export function mounts(s: Services): Mount[] {
     { family: alpha, routes: [...chatRoutes(s), ...completionRoutes(s), ...responsesRoutes(s), ...modelRoutes(s), ...audioRoutes(s), ...transcriptRoutes(s), ...fileRoutes(s), ...batchRoutes(s),
       ...realtimeSecretRoutes(s, secrets), ...notOfferedRoutes('alpha', ALPHA_NOT_OFFERED)], sockets: [realtimeRoute(s, (presented) => secrets.grant(presented))] },
     { family: beta, routes: [...voiceRoutes(s), ...ttsRoutes(s, betaPreset), ...sttRoutes(s, measure), ...stsRoutes(s, measure, betaPreset), ...betaAccountRoutes(s), ...notOfferedRoutes('beta', BETA_NOT_OFFERED)], sockets: [streamInputRoute(s), multiStreamInputRoute(s)] },
-    { family: svc, routes: [...keyRoutes(s), ...billingRoutes(s), status] },
+    { family: svc, routes: [...keyRoutes(s), ...billingRoutes(s), ...receiptRoutes(s), status] },
     // The console renders its own errors as pages; health and metrics need no envelope of a family.
     { family: svc, routes: [...ops, ...consoleRoutes(s)], prefixes: [''] },
   ];

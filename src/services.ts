@@ -27,6 +27,9 @@ import { HealthMonitor, PooledUpstreamHealth, TcpUpstreamHealth, type UpstreamHe
 import { StatusBoard } from './observe/status.js';
 import { OtlpExporter } from './observe/trace.js';
 import { lastProviderCall } from './billing/core.js';
+import { UnbilledLog } from './ledger/unbilled.js';
+import { ReceiptSigner } from './ledger/receipt.js';
+import { receiptKey } from './store/receipts.js';
 
 export interface Services {
   config: Config;
@@ -60,6 +63,10 @@ export interface Services {
   statusBoard: StatusBoard;
   /** The OTLP exporter when `telemetry.otlp_endpoint` is set; null: no trace is made at all. */
   tracer: OtlpExporter | null;
+  /** Admitted requests that billed nothing (their free receipts), written in groups. */
+  unbilled: UnbilledLog;
+  /** Signs receipts with the key every instance on this database shares. */
+  receipts: ReceiptSigner;
 }
 
 /** The debit journal of a process without Redis: in the data dir (PGlite's or, with PostgreSQL, its own). */
@@ -108,7 +115,9 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   };
   const ffmpeg = await finding;
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
-  const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,
+  // The receipt signing key: the database's, made by the first instance that starts on it.
+  const receipts = new ReceiptSigner(await receiptKey(db, ReceiptSigner.generate));
+  const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg, unbilled: new UnbilledLog(db), receipts,
     models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts) };
   const s = { ...base, billing: new Billing(base) } as Services;
   openStatus(s, upstreamConfigs, simUrls);
@@ -144,6 +153,7 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
   await s.fileSweeper.stop();
   const committed = await s.committer.drain(deadline);
   await s.settler.drain();
+  await s.unbilled.flush();
   await Promise.all(s.admission.openHolds.releasing);
   s.billing.close();
   s.cache.stop();

@@ -219,6 +219,9 @@ test('a streamed Response from such a host reaches the client event for event an
   assert.deepEqual(events.map((e) => e.split('\n')[0]), ['event: response.created', 'event: response.output_text.delta',
     'event: response.output_text.delta', 'event: response.output_text.delta', 'event: response.completed']);
   assert.deepEqual(JSON.parse(up.seen.at(-1).raw), { ...req, model: 'org/host-chat-7b' }, 'no stream_options added');
+  // response.completed carries the debit (9 in, 5 out: 15,200 nanodollars) as a plain JSON number.
+  assert.match(events.at(-1), /"cost":0\.0000152\}/);
+  assert.equal(JSON.parse(events.at(-1).slice(events.at(-1).indexOf('data: ') + 6)).response.usage.cost, 0.0000152);
   const show = await gw.cli('account', 'show', account);
   assert.equal(dollarsToNano(show.balance), dollarsToNano('5') - priceNano(9, 5));
   await assertInvariants(assert, gw, account);

@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Db, Queryable } from '../store/db.js';
 import { createAccount } from '../store/accounts.js';
 import { base62 } from '../store/ids.js';
+import { usageRows } from '../store/receipts.js';
 
 export interface ConsoleUser { id: string; email: string; accountId: string; passwordHash: string }
 export interface Session { tokenHash: string; csrf: string; user: ConsoleUser }
@@ -211,12 +212,11 @@ export async function entriesAfter(db: Queryable, accountId: string, afterId: bi
 
 export interface DailySpend { day: string; keyPrefix: string | null; product: string; spent: bigint; requests: number }
 
-/** Debits per UTC day, key and product (the entry's reason) since a day. */
+/**
+ * Debits per UTC day, key and product (the entry's reason) since a day: the same query as `GET /svc/v1/usage`
+ * (store/receipts.ts), so the charts and the export show the same numbers.
+ */
 export async function dailySpend(db: Queryable, accountId: string, since: Date): Promise<DailySpend[]> {
-  const res = await db.query(
-    `SELECT to_char(l.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, k.prefix, l.reason, (-sum(l.amount_nd))::bigint AS spent, count(*)::int AS n
-       FROM ledger l LEFT JOIN api_keys k ON k.id = l.key_id
-      WHERE l.account_id = $1 AND l.kind = 'debit' AND l.created_at >= $2
-      GROUP BY 1, 2, 3`, [accountId, since]);
-  return res.rows.map((r) => ({ day: r.day as string, keyPrefix: (r.prefix as string | null) ?? null, product: r.reason as string, spent: r.spent as bigint, requests: r.n as number }));
+  const rows = await usageRows(db, accountId, ['day', 'key', 'route'], since, new Date(Date.now() + 86_400_000));
+  return rows.map((r) => ({ day: r.day!, keyPrefix: r.key ?? null, product: r.route!, spent: r.cost, requests: r.requests }));
 }

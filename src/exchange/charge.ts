@@ -11,8 +11,11 @@ import type { Nanodollars } from '../money.js';
 import { log } from '../observe/log.js';
 import { isZero, usageRecord, type Usage } from './usage.js';
 import type { Committer } from './committer.js';
+import type { UnbilledLog } from '../ledger/unbilled.js';
+import { pricesRecord } from '../ledger/receipt.js';
 
-export interface ChargeDeps { admission: AdmissionDeps; committer: Committer }
+/** `unbilled`: where an admitted request that billed nothing is recorded (its free receipt); absent, it is not. */
+export interface ChargeDeps { admission: AdmissionDeps; committer: Committer; unbilled?: UnbilledLog }
 
 export interface ChargeSpec {
   key: KeyRecord;
@@ -54,6 +57,10 @@ export class Charge {
   /** The part the last running record was for (none: the whole exchange). */
   private progressSeq: number | undefined;
   private recorded = false;
+  /** A debit with a cost was made (settled, or a running record): the request has a receipt in the ledger. */
+  private debited = false;
+  /** When the charge opened: the receipt's `started_at`. */
+  private readonly started = new Date();
   private state: 'open' | 'settled' | 'released' = 'open';
   private unwatch: (() => void) | null = null;
   /** The last part number given out (part.ts): a session's parts are `<id>#1`, `<id>#2`, … in the ledger. */
@@ -107,6 +114,7 @@ export class Charge {
     this.progressAt = Date.now();
     this.progressSeq = opts.seq;
     this.recorded = true;
+    this.debited = true;
     return this.hold.progress(this.debit(this.entry(u, cost, {}, opts.seq, opts.reason), opts.seq).debit);
   }
 
@@ -132,12 +140,14 @@ export class Charge {
     const covered = opts.covers ?? cost;
     if (isZero(u)) {
       // Nothing to bill: a final settle frees the hold; a part gives back what was held for it.
-      if (final) await this.release();
+      // Its free receipt: the client left, or it was cut before producing anything (partial), or it used nothing.
+      if (final) await this.release(opts.extra?.client_dropped === true ? 'client_dropped' : u.basis === 'partial' ? 'failed' : 'complete');
       else await this.hold.shrink(covered);
       return { cost };
     }
     if (final) { this.state = 'settled'; this.endWatch(); }
     this.billedSum += cost;
+    this.debited = true;
     const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq, opts.reason);
     const { debit } = this.debit(entry, opts.seq);
     try {
@@ -187,11 +197,19 @@ export class Charge {
     this.unwatch = null;
   }
 
-  /** Frees the hold: nothing billed (a failed request). */
-  async release(): Promise<void> {
+  /**
+   * Frees the hold: nothing billed (a failed request, `failed`; or a complete one that used nothing). A
+   * request that billed nothing at all is recorded as unbilled, so that it too has a (free) receipt.
+   */
+  async release(outcome: 'failed' | 'complete' | 'client_dropped' = 'failed'): Promise<void> {
     this.endWatch();
     if (this.state !== 'open') return;
     this.state = 'released';
+    if (!this.debited) {
+      const k = this.spec.key;
+      this.d.unbilled?.record({ accountId: k.accountId, requestId: this.spec.id, keyId: k.id, route: this.spec.reason, model: this.spec.model.id,
+        outcome, startedAt: this.started, endedAt: new Date() });
+    }
     await this.hold.release();
   }
 
@@ -199,7 +217,9 @@ export class Charge {
     return {
       idemKey: seq === undefined ? this.spec.id : `${this.spec.id}#${seq}`, nonce: this.nonce,
       accountId: this.spec.key.accountId, keyId: this.spec.key.id, kind: 'debit', amount: cost,
-      reason: reason ?? this.spec.reason, model: this.spec.model.id, usage: usageRecord(u, extra), at: new Date(),
+      reason: reason ?? this.spec.reason, model: this.spec.model.id, at: new Date(),
+      // What the receipt shows beside the units: the prices they were billed at, and when the exchange began.
+      usage: usageRecord(u, { prices: pricesRecord(this.spec.model.prices), started_at: this.started.toISOString(), ...extra }),
     };
   }
 

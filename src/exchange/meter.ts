@@ -27,4 +27,9 @@ export interface Meter {
   usage(): Usage;
   /** What the ledger entry keeps besides the usage (an upstream's own accounting headers, for reconciliation). */
   meta?(): Record<string, unknown>;
+  /**
+   * A stream whose bill is fixed before its first byte (speech: the whole input, billed once any audio is
+   * sent): that usage, so its cost goes out in the headers. Absent: the cost is known only at the end.
+   */
+  known?(): Usage;
 }

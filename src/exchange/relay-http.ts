@@ -9,9 +9,9 @@ import { markUndone } from '../proxy/routed.js';
 import { log } from '../observe/log.js';
 import type { Charge } from './charge.js';
 import type { Meter } from './meter.js';
-import type { Usage } from './usage.js';
+import { usageRecord, type Usage } from './usage.js';
 import type { Nanodollars } from '../money.js';
-import { nanoToDecimal } from '../money.js';
+import { nanoToDecimal, nanoToFixed9 } from '../money.js';
 
 /** What a trace records of the exchange (observe/trace.ts's RequestTrace; optional: tracing may be off). */
 export interface ExchangeTrace {
@@ -101,7 +101,10 @@ export async function relay(r: Relay): Promise<void> {
       throw res.statusCode === 429 || res.statusCode === 503 ? markUndone(err) : err;
     }
     const head = r.meter.onResponse(res.headers);
-    const headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
+    let headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
+    // A stream billed a fixed amount once anything is sent (speech) says so up front; others' cost is known at their end.
+    const known = r.meter.mode === 'stream' ? r.meter.known?.() : undefined;
+    if (known) headers = { ...headers, ...costHeaders(r.charge.cost(known), known) };
     res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
     const body: ReplyBody = r.convert ? r.convert(res) : res;
     if (r.meter.mode === 'buffered') await buffered(r, body, started, head.contentType, headers);
@@ -123,7 +126,17 @@ async function buffered(r: Relay, res: ReplyBody, started: bigint, contentType: 
   const u = r.meter.usage();
   const { cost } = await r.charge.settle(u, { extra: extra(r) });
   if (r.down.trace) traced(r.down.trace, r.label, u, cost);
-  r.down.send(200, body, headers, contentType);
+  r.down.send(200, body, { ...headers, ...costHeaders(cost, u) }, contentType);
+}
+
+/**
+ * What a reply whose debit is known when its headers go out says of it: `x-tollgate-cost`, exactly the
+ * debit in decimal dollars with 9 decimals, and `x-tollgate-units`, the units it was priced by as the
+ * ledger names them (`input_tokens=12,output_tokens=30`).
+ */
+export function costHeaders(cost: bigint, u: Usage): Record<string, string> {
+  const units = Object.entries(usageRecord(u)).filter(([k]) => k !== 'basis').map(([k, v]) => `${k}=${String(v)}`).join(',');
+  return { 'x-tollgate-cost': nanoToFixed9(cost), 'x-tollgate-units': units };
 }
 
 /** What the ledger entry keeps besides the usage: the meter's own record, and whether the client left. */

@@ -38,6 +38,10 @@ export class WholeInputMeter implements Meter {
     return this.mode === 'buffered' ? Buffer.concat(this.parts) : Buffer.alloc(0);
   }
 
+  known(): Usage {
+    return usage({ ...this.bill, basis: 'exact' });
+  }
+
   usage(): Usage {
     if (this.done) return usage({ ...this.bill, basis: 'exact' });
     return this.produced ? usage({ ...this.bill, basis: 'partial' }) : usage({ basis: 'partial' });

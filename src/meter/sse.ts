@@ -3,6 +3,7 @@ import { StringDecoder } from 'node:string_decoder';
 import type { Meter } from '../exchange/meter.js';
 import { usage, type Usage } from '../exchange/usage.js';
 import { nameModel, valueAt } from './model-name.js';
+import { COST_MARK, putCost } from './cost-mark.js';
 
 export interface StreamUsage { input: number; output: number; reasoning: number }
 
@@ -21,7 +22,12 @@ export interface SseMeterOptions {
    */
   runningUsage?: boolean;
   /** Re-shapes each parsed chunk (and the start and end of the stream) into other events: Responses translation. */
-  translate?: { start(): string; chunk(obj: Record<string, unknown>): string; done(): string };
+  translate?: { start(): string; chunk(obj: Record<string, unknown>): string; done(cost?: bigint): string };
+  /**
+   * What a usage costs (the exchange's prices): given, the final usage chunk the client asked for carries
+   * `usage.cost` (and a translated stream's last event its own), exactly what the exchange is debited.
+   */
+  cost?: (u: Usage) => bigint;
   /** Prompt tokens when the upstream reports none (a stream cut before its usage): counted by Tollgate. */
   promptTokens?: () => number;
   /** The model id replies name (Tollgate's, not the upstream's): each chunk's `model` is set to it, its other bytes kept. */
@@ -138,7 +144,7 @@ export class SseMeter implements Meter {
     const to = raw.charCodeAt(nl - 1) === 0x0d ? nl - 1 : nl;
     if (raw.charCodeAt(from) === 0x5b && raw.slice(from, to).trim() === '[DONE]') {
       this.done = true;
-      return this.opts.translate ? this.opts.translate.done() : raw;
+      return this.opts.translate ? this.opts.translate.done(this.opts.cost?.(this.usage())) : raw;
     }
     // The common chunk: one line, one choice (one finish_reason key), no usage.
     if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1
@@ -179,7 +185,12 @@ export class SseMeter implements Meter {
     const translated = this.opts.translate?.chunk(obj);
     if (Array.isArray(choices) && choices.length === 0 && usage) {
       this.final = true;
-      return translated ?? (this.opts.stripUsageChunk ? '' : raw);
+      if (translated !== undefined || this.opts.stripUsageChunk) return translated ?? '';
+      if (!this.opts.cost || typeof obj.usage !== 'object') return raw;
+      // The debit is the price of this usage (the stream's last word on it): the client reads it here.
+      (obj.usage as Record<string, unknown>).cost = COST_MARK;
+      if (this.opts.model !== undefined && typeof obj.model === 'string') obj.model = this.opts.model;
+      return `data: ${putCost(JSON.stringify(obj), this.opts.cost(this.usage()))}\n\n`;
     }
     if (Array.isArray(choices)) {
       for (const c of choices) {

@@ -47,6 +47,10 @@ export class SpeechMeter implements Meter {
     return out;
   }
 
+  known(): Usage {
+    return usage({ ...this.bill, basis: 'exact' });
+  }
+
   usage(): Usage {
     if (this.done) return usage({ ...this.bill, basis: 'exact' });
     return this.produced ? usage({ ...this.bill, basis: 'partial' }) : usage({ basis: 'partial' });
@@ -108,6 +112,10 @@ export class TimestampsMeter implements Meter {
       return JSON.stringify({ audio_base64: Buffer.concat([...this.parts, tail]).toString('base64'), alignment: a, normalized_alignment: a });
     }
     return `${JSON.stringify({ audio_base64: tail.toString('base64'), alignment: a, normalized_alignment: a })}\n`;
+  }
+
+  known(): Usage {
+    return usage({ characters: [...this.text].length, basis: 'exact' });
   }
 
   usage(): Usage {

@@ -67,10 +67,10 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   const model = x.model.id;
   if (viaStream) meter = new StreamJsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, model });
   else if (!stream) meter = new JsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, reshape: x.reshape?.json, model });
-  else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens, model);
+  else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens, model, (u) => charge.cost(u));
   else {
     meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: up.continuousUsage && !x.upstreamBody, runningUsage: up.continuousUsage,
-      translate: x.reshape?.stream(), promptTokens: x.promptTokens, model,
+      translate: x.reshape?.stream(), promptTokens: x.promptTokens, model, cost: (u) => charge.cost(u),
       promptProgress: !up.promptProgress || x.upstreamBody ? undefined : x.parsed.return_progress === true ? 'keep' : 'strip' });
   }
   let call;

@@ -1,5 +1,6 @@
 // Chat completion chunks → Responses streaming events (created, output items, text/argument deltas, completed).
 import { newId, responseObject, usageObject, type ResponseShell } from './responses-map.js';
+import { COST_MARK, putCost } from '../../meter/cost-mark.js';
 
 type Obj = Record<string, unknown>;
 
@@ -75,7 +76,7 @@ export class ResponsesStream {
   }
 
   /** Closes every open item and emits response.completed (or .incomplete) with the usage. */
-  done(): string {
+  done(cost?: bigint): string {
     let out = '';
     for (const it of this.items) {
       if (it.kind === 'text') {
@@ -89,7 +90,10 @@ export class ResponsesStream {
     }
     const incomplete = this.finish === 'length' ? 'max_output_tokens' : null;
     const output = this.items.map((it) => (it.kind === 'text' ? this.textItem(it) : this.callItem(it, 'completed')));
-    const r = responseObject(this.sh, incomplete ? 'incomplete' : 'completed', output, this.usage, incomplete);
-    return out + this.ev(incomplete ? 'response.incomplete' : 'response.completed', { response: r });
+    // The usage carries the exchange's cost (exactly its debit) when the stream was priced.
+    const usage = this.usage && cost !== undefined ? { ...this.usage, cost: COST_MARK } : this.usage;
+    const r = responseObject(this.sh, incomplete ? 'incomplete' : 'completed', output, usage, incomplete);
+    const last = this.ev(incomplete ? 'response.incomplete' : 'response.completed', { response: r });
+    return out + (cost !== undefined ? putCost(last, cost) : last);
   }
 }
