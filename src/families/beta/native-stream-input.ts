@@ -1,8 +1,7 @@
 // stream-input on an ElevenLabs upstream, socket to socket: the client's frames go on as sent (keys taken out), the upstream's come back as sent; Tollgate counts and bills the characters.
 import type { Services } from '../../services.js';
 import { GatewayError } from '../../errors.js';
-import { price } from '../../ledger/pricing.js';
-import { nd, type Nanodollars } from '../../money.js';
+import { Part } from '../../exchange/part.js';
 import { usage } from '../../exchange/usage.js';
 import { log } from '../../observe/log.js';
 import type { SessionSocket } from '../../server/ws.js';
@@ -14,15 +13,18 @@ import { POLICY, UPSTREAM_FAILED, type SpeechSession, type StreamOptions } from 
 const KEY_FIELDS = ['xi_api_key', 'xi-api-key', 'authorization'] as const;
 
 /**
- * One relayed session. Billing: each text frame's characters (whitespace-only frames count none) are
- * held before the frame goes on (balance and ceiling checked, 1008 when spent); when the upstream
- * sends audio, every character sent before it is billed as one part of the session, durably, before
- * that audio reaches the client. Text the upstream never spoke before the socket closed is not billed.
+ * One relayed session. Billing: the characters sent since the upstream last spoke are one Part of the
+ * session: the first text frame of such a stretch begins it (its characters held: balance and ceiling
+ * checked, 1008 when spent; the first counts against the key's rpm as a request does), each further
+ * frame holds its characters on it; when the upstream sends audio, the part ends, billed every
+ * character sent before that audio, durably, before the audio reaches the client. Text the upstream
+ * never spoke before the socket closed is not billed (its part ends with nothing used).
  */
 export class NativeStream {
-  private seq = 0;
+  /** The characters sent and not yet spoken, and the part that holds them (null: none pending). */
+  private part: Part | null = null;
   private pending = 0;
-  private pendingHeld: Nanodollars = nd(0n);
+  private parts = 0;
   private chain: Promise<void> = Promise.resolve();
   private finished = false;
 
@@ -56,21 +58,31 @@ export class NativeStream {
   }
 
   /** A client frame: its characters held, then sent on without any key it carries. False when the hold was refused (the session ends). */
-  async forward(m: Record<string, unknown>): Promise<boolean> {
+  forward(m: Record<string, unknown>): Promise<boolean> {
+    // In turn with the upstream's frames: a part ends at audio only between two client frames, so every
+    // character held is on the part that bills it.
+    const step = this.chain.then(() => this.forwardNow(m));
+    this.chain = step.then(() => undefined, () => undefined);
+    return step;
+  }
+
+  private async forwardNow(m: Record<string, unknown>): Promise<boolean> {
     if (this.finished) return false;
     const text = typeof m.text === 'string' ? m.text : '';
     const characters = text.trim() === '' ? 0 : [...text].length;
     if (characters > 0) {
-      const cost = price(this.session.target.model.prices, { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 });
+      const more = usage({ characters, basis: 'exact' });
       try {
-        // The first text counts against the key's rpm as a request does.
-        await this.session.charge.extend(cost, { countsAsRequest: this.seq === 0 && this.pending === 0, cover: true });
+        if (this.part) await this.part.hold(more, { known: true });
+        else {
+          this.part = await Part.begin(this.session.charge, { worst: more, known: true, countsAsRequest: this.parts === 0 });
+          this.parts++;
+        }
       } catch (e) {
         if (e instanceof GatewayError) { this.end(POLICY, `${e.code}: ${e.message}`); return false; }
         throw e;
       }
       this.pending += characters;
-      this.pendingHeld = nd(this.pendingHeld + cost);
     }
     const out = { ...m };
     for (const k of KEY_FIELDS) delete out[k];
@@ -83,12 +95,11 @@ export class NativeStream {
     if (this.finished) return;
     if (isBinary) throw new Error('the upstream sent a binary frame');
     const frame = JSON.parse(data.toString('utf8')) as { audio?: unknown };
-    if (typeof frame.audio === 'string' && frame.audio !== '' && this.pending > 0) {
-      const characters = this.pending;
-      const covers = this.pendingHeld;
+    if (typeof frame.audio === 'string' && frame.audio !== '' && this.part) {
+      const [part, characters] = [this.part, this.pending];
+      this.part = null;
       this.pending = 0;
-      this.pendingHeld = nd(0n);
-      await this.session.charge.settle(usage({ characters, basis: 'exact' }), { seq: ++this.seq, final: false, covers, extra: { upstream: 'elevenlabs' } });
+      await part.end(usage({ characters, basis: 'exact' }), { extra: { upstream: 'elevenlabs' } });
     }
     await this.socket.send(data.toString('utf8'));
   }
@@ -101,6 +112,13 @@ export class NativeStream {
     this.onEnd(code, reason);
   }
 
-  /** Every upstream frame received has been delivered and billed. */
-  idle(): Promise<void> { return this.chain; }
+  /** Every upstream frame received has been delivered and billed; text never spoken gives its hold back. */
+  idle(): Promise<void> {
+    return this.chain.then(async () => {
+      const part = this.part;
+      this.part = null;
+      this.pending = 0;
+      if (part?.isOpen) await part.end(usage({ basis: 'exact' }));
+    });
+  }
 }
