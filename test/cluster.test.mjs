@@ -1,11 +1,13 @@
-// Two gateways on one PostgreSQL and a three-node Redis Cluster (started here): limits exact across them, every key in its hash slot, kill -9 loses no debit.
+// Two gateways on one PostgreSQL and a three-node Redis Cluster (started here): limits exact across them, every key in its hash slot, kill -9 loses no debit; and a gateway on a Sentinel's master.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import pg from '../node_modules/pg/lib/index.js';
 import { Cluster } from '../node_modules/ioredis/built/index.js';
 import { startGateway, freshDatabase, bearer, chatBody, priceNano, dollarsToNano } from './helpers/gateway.mjs';
-import { startRedisCluster } from './helpers/redis-cluster.mjs';
+import { startRedisCluster, startRedisSentinel } from './helpers/redis-cluster.mjs';
+import { Redis } from '../node_modules/ioredis/built/index.js';
+import { parseRedisUrl } from '../dist/gate/limits/redis-connect.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let cluster;
@@ -158,4 +160,37 @@ test('on a Redis Cluster, a gateway killed with kill -9 under load loses no debi
   assert.deepEqual(owed.filter((r) => byId.get(r.id) !== 1).map((r) => `${r.id}: ${byId.get(r.id) ?? 0}`), [], 'each served request or stream with output has exactly one debit');
   assert.deepEqual([...byId.keys()].filter((id) => !sent.has(id) || byId.get(id) !== 1), [], 'no debit without a request, none twice');
   assert.equal(l.balance, l.total, 'the balance equals the sum of the ledger');
+});
+
+test('the Redis URL: one server, a cluster\'s seed nodes, a sentinel group and its master name', () => {
+  assert.equal(parseRedisUrl('redis://127.0.0.1:6379/2').mode, 'single');
+  assert.deepEqual(parseRedisUrl('redis+cluster://u:p%40ss@10.0.0.1:7000,10.0.0.2'), {
+    mode: 'cluster', nodes: [{ host: '10.0.0.1', port: 7000 }, { host: '10.0.0.2', port: 6379 }], name: undefined, tls: false, username: 'u', password: 'p@ss' });
+  assert.deepEqual(parseRedisUrl('rediss+sentinel://:pw@s1:26379,s2/mymaster'), {
+    mode: 'sentinel', nodes: [{ host: 's1', port: 26379 }, { host: 's2', port: 26379 }], name: 'mymaster', tls: true, username: undefined, password: 'pw' });
+  assert.throws(() => parseRedisUrl('redis+sentinel://s1:26379'), /master name/);
+  assert.throws(() => parseRedisUrl('redis+cluster://h:99999'), /bad port/);
+});
+
+test('through Redis Sentinel: the gateway finds the master the sentinel names, admits, and bills one debit per request', async (t) => {
+  const s = await startRedisSentinel();
+  t.after(() => s.stop());
+  const db = await freshDatabase();
+  t.after(() => db.drop());
+  const redisPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const gw = await startGateway(t, { store: 'postgres', database: db, redis: true, redisUrl: s.url, redisPrefix });
+  const { account, key } = await gw.account('10', { rpm: 3 });
+  const statuses = [];
+  for (let i = 0; i < 4; i++) { const r = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody({ max_tokens: 16 }) }); statuses.push(r.status); await r.text(); }
+  assert.deepEqual(statuses, [200, 200, 200, 429], 'the rpm bucket on the master');
+  const master = new Redis(`redis://127.0.0.1:${s.masterPort}`);
+  const keys = await master.keys(`${redisPrefix}*`);
+  await master.quit();
+  assert.ok(keys.some((k) => k.startsWith(`${redisPrefix}{${account}}:rpm:`)), `the key's rpm bucket is on the master: ${keys.join(' ')}`);
+  for (let i = 0; ; i++) {
+    const l = await ledgerOf(db.url, account);
+    if (l.rows.length === 3 && l.balance === l.total) break;
+    assert.ok(i < 100, `3 debits expected, ledger has ${l.rows.length}; balance ${l.balance} vs ledger ${l.total}`);
+    await sleep(100);
+  }
 });

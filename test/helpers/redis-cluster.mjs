@@ -1,6 +1,6 @@
-// Starts a throwaway three-master Redis Cluster (own redis-server processes in a temp dir, free ports) and stops it.
+// Starts throwaway Redis topologies (own redis-server processes in a temp dir, free ports): a three-master Cluster, a Sentinel-watched master.
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -62,4 +62,38 @@ export async function startRedisCluster() {
     throw e;
   }
   return { url: `redis+cluster://${ports.map((p) => `127.0.0.1:${p}`).join(',')}`, ports, procs, stop };
+}
+
+/**
+ * One redis-server master watched by one sentinel (`redis-server sentinel.conf --sentinel`) that names it `mymaster`.
+ * Returns { url: 'redis+sentinel://…/mymaster', masterPort, stop() }.
+ */
+export async function startRedisSentinel() {
+  const dir = mkdtempSync(join(tmpdir(), 'tg-sentinel-'));
+  const taken = new Set();
+  const [masterPort, sentinelPort] = [await freeClusterPort(taken), await freeClusterPort(taken)];
+  writeFileSync(join(dir, 'sentinel.conf'), `port ${sentinelPort}\nbind 127.0.0.1\ndir ${dir}\nsentinel monitor mymaster 127.0.0.1 ${masterPort} 1\n`);
+  const procs = [
+    spawn('redis-server', ['--port', String(masterPort), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' }),
+    spawn('redis-server', [join(dir, 'sentinel.conf'), '--sentinel'], { stdio: 'ignore' }),
+  ];
+  const stop = async () => {
+    for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+    await Promise.all(procs.map((p) => (p.exitCode === null && p.signalCode === null ? new Promise((r) => p.once('exit', r)) : undefined)));
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    for (let i = 0; ; i++) {
+      try {
+        const { stdout } = await run('redis-cli', ['-p', String(sentinelPort), 'sentinel', 'get-master-addr-by-name', 'mymaster']);
+        if (stdout.includes(String(masterPort))) break;
+      } catch (e) { if (i > 100) throw e; }
+      if (i > 100) throw new Error('the sentinel does not name the master');
+      await sleep(50);
+    }
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { url: `redis+sentinel://127.0.0.1:${sentinelPort}/mymaster`, masterPort, stop };
 }
