@@ -234,7 +234,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       if (r.reason === 'rate_limit_exceeded') {
         throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${nowRpm}. Please try again in ${goDuration(r.retryMs)}.`,
-          headers: { 'retry-after': String(Math.max(1, Math.ceil(r.retryMs / 1000))) } });
+          headers: retryHeaders(r.retryMs) });
       }
       if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });
       throw moneyRefused(now, r, more);
