@@ -194,3 +194,28 @@ test('through Redis Sentinel: the gateway finds the master the sentinel names, a
     await sleep(100);
   }
 });
+
+test('a cluster master lost (no replica): the accounts in its slots are refused with 503, the others still served, never a 500', async (t) => {
+  const own = await startRedisCluster();
+  t.after(() => own.stop());
+  const db = await freshDatabase();
+  t.after(() => db.drop());
+  const gw = await startGateway(t, { store: 'postgres', database: db, redis: true, redisUrl: own.url, redisPrefix: `tgtest:${randomBytes(5).toString('hex')}:` });
+  const accts = [];
+  for (let i = 0; i < 6; i++) accts.push(await gw.account('10'));
+  const probe = new Redis(`redis://127.0.0.1:${own.ports[0]}`);
+  const slots = await probe.cluster('SLOTS');
+  const portOf = async (a) => { const s = await probe.cluster('KEYSLOT', `{${a.account}}`); return slots.find(([lo, hi]) => s >= lo && s <= hi)[2][1]; };
+  const ports = await Promise.all(accts.map(portOf));
+  await probe.quit();
+  const send = () => Promise.all(accts.map(async (a) => {
+    const r = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(a.key), body: chatBody({ max_tokens: 8 }) });
+    await r.text();
+    return r.status;
+  }));
+  assert.deepEqual(await send(), accts.map(() => 200));
+  const lost = ports[0];
+  own.procs[own.ports.indexOf(lost)].kill('SIGKILL');
+  await sleep(300);
+  assert.deepEqual(await send(), ports.map((p) => (p === lost ? 503 : 200)), `accounts on ports ${ports}, ${lost} killed`);
+});
