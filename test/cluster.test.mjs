@@ -16,7 +16,14 @@ before(async () => {
   cluster = await startRedisCluster();
   client = new Cluster(cluster.ports.map((port) => ({ host: '127.0.0.1', port })));
 });
-after(async () => { await client?.quit().catch(() => client.disconnect()); await cluster?.stop(); });
+/** Cleanups of the pair the first two tests share (starting two gateways costs seconds on a busy machine). */
+const shared = { fns: [], after(f) { this.fns.push(f); }, diagnostic() {} };
+let pair;
+after(async () => {
+  for (const f of shared.fns.reverse()) await f();
+  await client?.quit().catch(() => client.disconnect());
+  await cluster?.stop();
+});
 
 /** Two `serve` processes on one fresh database and one key prefix on the cluster (dropped with the cluster). */
 async function twoOnCluster(t, upstreams) {
@@ -52,8 +59,9 @@ async function keysUnder(prefix) {
   return out;
 }
 
-test('on a Redis Cluster, two instances share one key\'s rpm budget, and every key sits in its account\'s slot or the registry\'s', async (t) => {
-  const { a, b, redisPrefix } = await twoOnCluster(t);
+test('on a Redis Cluster, two instances share one key\'s rpm budget, and every key sits in its account\'s slot or the registry\'s', async () => {
+  pair = await twoOnCluster(shared);
+  const { a, b, redisPrefix } = pair;
   const accounts = [await a.account('10', { rpm: 10, concurrency: 2 }), await a.account('10', { rpm: 10, tpm: 100_000 })];
   const started = Date.now();
   const statuses = [[], []];
@@ -82,7 +90,7 @@ test('on a Redis Cluster, two instances share one key\'s rpm budget, and every k
 });
 
 test('on a Redis Cluster, two instances taking turns in bursts pass a balance and a ceiling by at most one request', async (t) => {
-  const { a, b, db } = await twoOnCluster(t);
+  const { a, b, db } = pair ?? (pair = await twoOnCluster(shared));
   const poor = await a.account('0.01', { rpm: 1_000_000, concurrency: 1000 });
   const capped = await a.account('10', { rpm: 1_000_000, concurrency: 1000, spendLimit: '0.005', period: 'daily' });
   const body = chatBody({ max_tokens: 64 });
