@@ -572,19 +572,28 @@ export class RedisLimiter implements Limiter {
     const out: PendingDebit[] = [];
     // Just back from an outage: nobody could beat meanwhile, so silence proves nothing yet.
     if (Date.now() - this.readyAt < DEAD_AFTER_MS + HEARTBEAT_MS) return out;
-    const dead = (await this.redis.tgSilent(this.instancesKey(), String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
-    for (const d of dead) {
-      const lease = `${this.prefix}{registry}:recover:${d}`;
-      if ((await this.redis.set(lease, this.owner, 'PX', 30_000, 'NX')) !== 'OK') continue;
-      const accounts = await this.redis.smembers(this.accountsOf(d));
-      for (const accountId of accounts) {
-        if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.add(accountId); }
-        const flat = await this.redis.tgTakeover(...this.keys(accountId), d, this.owner);
-        for (let i = 0; i < flat.length; i += 4) {
-          out.push({ id: flat[i]!, accountId, keyId: flat[i + 1]!, amount: BigInt(flat[i + 2]!), entry: flat[i + 3]! });
+    // The registry, then the one before the hash tags (`<prefix>instances`…), where an instance of an
+    // older version that died during a rolling upgrade is listed; its holds and debits are under the same keys.
+    for (const reg of [`${this.prefix}{registry}:`, this.prefix]) {
+      const dead = (await this.redis.tgSilent(`${reg}instances`, String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
+      for (const d of dead) {
+        const lease = `${reg}recover:${d}`;
+        if ((await this.redis.set(lease, this.owner, 'PX', 30_000, 'NX')) !== 'OK') continue;
+        const accounts = await this.redis.smembers(`${reg}inst:${d}:accts`);
+        for (const accountId of accounts) {
+          if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.add(accountId); }
+          const flat = await this.redis.tgTakeover(...this.keys(accountId), d, this.owner);
+          for (let i = 0; i < flat.length; i += 4) {
+            out.push({ id: flat[i]!, accountId, keyId: flat[i + 1]!, amount: BigInt(flat[i + 2]!), entry: flat[i + 3]! });
+          }
         }
+        // The old registry's keys are in three slots: one command each (the lease last, so a failure retries).
+        if (reg === this.prefix) {
+          await this.redis.zrem(`${reg}instances`, d);
+          await this.redis.del(`${reg}inst:${d}:accts`);
+          await this.redis.del(lease);
+        } else await this.redis.multi().zrem(this.instancesKey(), d).del(this.accountsOf(d)).del(lease).exec();
       }
-      await this.redis.multi().zrem(this.instancesKey(), d).del(this.accountsOf(d)).del(lease).exec();
     }
     return out;
   }
