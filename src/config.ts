@@ -104,7 +104,10 @@ export const ConfigSchema = Type.Object({
   frontend: Type.Union([Type.Literal('auto'), Type.Literal('uws'), Type.Literal('node')], { default: 'auto',
     description: 'what serves HTTP and WebSocket: uws (uWebSockets.js), node (node:http), auto (uws where its binary loads on this Node, else node); TOLLGATE_FRONTEND overrides it' }),
   database: Type.Optional(Type.Object({ url_env: EnvName, pool_size: Type.Integer({ minimum: 1, default: 10 }) }, { additionalProperties: false })),
-  redis: Type.Optional(Type.Object({ url_env: EnvName, key_prefix: Type.String({ default: 'tollgate:' }) }, { additionalProperties: false })),
+  // url_env's URL: redis:// or rediss:// (one server), redis+cluster://h1:p1,h2:p2 (a Redis Cluster), or
+  // redis+sentinel://s1:p1,s2:p2/<master name> (Sentinel); src/gate/limits/redis-connect.ts reads it.
+  redis: Type.Optional(Type.Object({ url_env: EnvName, key_prefix: Type.String({ default: 'tollgate:', pattern: '^[^{}]*$',
+    description: 'prepended to every Redis key; no braces (the keys carry Redis Cluster hash tags)' }) }, { additionalProperties: false })),
   routing: Type.Object({
     max_attempts: Type.Integer({ minimum: 1, maximum: 10, default: 3, description: 'upstreams one request may be tried on, each a different one, under the retry rule (README)' }),
   }, { additionalProperties: false, default: {} }),

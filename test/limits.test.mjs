@@ -11,6 +11,7 @@ import { MemoryLimiter } from '../dist/gate/limits/memory.js';
 import { RedisLimiter, DEAD_AFTER_MS } from '../dist/gate/limits/redis.js';
 import { DebitJournal } from '../dist/ledger/journal.js';
 import { clearRedisPrefix } from './helpers/gateway.mjs';
+import { Redis } from '../node_modules/ioredis/built/index.js';
 
 const REDIS = process.env.TOLLGATE_TEST_REDIS ?? 'redis://127.0.0.1:6379';
 
@@ -136,6 +137,27 @@ test('a Redis owner that stops beating is taken over: its holds freed, its pendi
   await b.release('g', 'g3');
   await b.committed('g', ['g0', 'g1'], { balance: { amount: 97_989n, version: 5n }, spends: [] });
   assert.equal((await admit(b, 'g', 'g5', 97_988n, 100_000n, { version: 1n })).ok, true, 'committed: the ledger balance applies');
+});
+
+test('an owner listed in the registry from before the hash tags (an older version killed mid-upgrade) is taken over too', { timeout: 30_000 }, async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const a = await redisLimiter(t, prefix);
+  const b = await redisLimiter(t, prefix);
+  assert.equal((await admit(a, 'o', 'o0', 5_000n, 100_000n)).ok, true);
+  await a.settle('o0', debit('o', 'o0', 4_321n), true);
+  await new Promise((r) => setTimeout(r, 50));
+  await a.close(false);
+  // As an older version listed itself: `<prefix>instances` and `<prefix>inst:<owner>:accts`.
+  const raw = new Redis(REDIS);
+  t.after(() => raw.quit());
+  await raw.rename(`${prefix}{registry}:instances`, `${prefix}instances`);
+  await raw.rename(`${prefix}{registry}:inst:${a.owner}:accts`, `${prefix}inst:${a.owner}:accts`);
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  assert.deepEqual(got.map((d) => [d.id, d.amount]), [['o0', 4_321n]]);
+  assert.equal(await raw.exists(`${prefix}inst:${a.owner}:accts`), 0, 'the old listing is cleared');
+  assert.deepEqual(await b.claimOrphans(), [], 'handed on once');
 });
 
 test('the in-process journal hands a crashed run\'s uncommitted debits to the next run, once', async (t) => {

@@ -1,15 +1,18 @@
 // The Redis limiter: admission, holds and pending debits in Lua scripts, so many instances agree and a dead one loses nothing.
-import { Redis } from 'ioredis';
 import { randomBytes } from 'node:crypto';
+import { openRedis, type RedisClient } from './redis-connect.js';
 import { quotaArg, type AdmitInput, type AdmitOutcome, type CommittedState, type ExtendInput, type ExtendOutcome, type Limiter, type PendingDebit, type QuotaDim, type QuotaState, type QuotaUse } from './types.js';
 
-// Per account, under one hash tag:
+// Every script touches one hash slot (so a Redis Cluster runs it on one node): per account, under the
+// account's hash tag `{<account>}` (a key's own keys too, since its scripts also touch its account's):
 //   sum   hash: total (holds + pending debits), a:<key> (the key's share), n:<key> (its requests in flight),
 //               bal/bver (committed balance and its version), sd:<key>/sm:<key> ("start|spent|version")
 //   holds hash: hold id -> "key|amount|owner"      exp zset: hold id -> expiry (ms)
 //   run   hash: hold id -> "amount|entry"          (what an open stream has produced: billed if its owner dies)
 //   pend  hash: debit id -> "key|amount|owner|entry" (priced, not yet committed to PostgreSQL)
-// Globally: instances zset (owner -> last heartbeat, Redis time), inst:<owner>:accts set (accounts it touched).
+//   rpm:<key> hash: the key's request bucket (t tokens, ts time).
+// The instance registry, under the tag `{registry}` (one slot; single-key scripts and same-slot MULTIs only):
+//   instances zset (owner -> last heartbeat, Redis time), inst:<owner>:accts set (accounts it touched), recover:<owner> lease.
 const LIB = `
 local function add(sum, k, amt)
   if amt == '0' or amt == '-0' then return end
@@ -322,7 +325,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LIMIT', 0, 16)
 `;
 
-type Scripted = Redis & {
+type Scripted = RedisClient & {
   tgAdmit(...args: string[]): Promise<(number | string)[]>;
   tgRelease(...args: string[]): Promise<number>;
   tgExtend(...args: string[]): Promise<(number | string)[]>;
@@ -373,7 +376,8 @@ export class RedisLimiter implements Limiter {
     // answers 503 in a moment), and a command reported failed is never sent again behind our back.
     // One that ran before the connection died, its answer lost, is undone by the caller (a release,
     // or clearing a pending debit that was committed another way).
-    const r = new Redis(url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, autoResendUnfulfilledCommands: false,
+    // The URL may name one server, a Cluster (redis+cluster://) or a Sentinel group (redis+sentinel://): redis-connect.ts.
+    const r = openRedis(url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, autoResendUnfulfilledCommands: false,
       enableAutoPipelining: true, lazyConnect: false });
     r.on('error', () => undefined); // reported where a command fails; the client reconnects by itself
     r.on('ready', () => {
@@ -415,8 +419,10 @@ export class RedisLimiter implements Limiter {
     this.beat.unref();
   }
 
-  private instancesKey(): string { return `${this.prefix}instances`; }
-  private accountsOf(owner: string): string { return `${this.prefix}inst:${owner}:accts`; }
+  private instancesKey(): string { return `${this.prefix}{registry}:instances`; }
+  private accountsOf(owner: string): string { return `${this.prefix}{registry}:inst:${owner}:accts`; }
+  /** The key's request bucket, in its account's slot (its scripts touch both). */
+  private rpmKey(accountId: string, keyId: string): string { return `${this.prefix}{${accountId}}:rpm:${keyId}`; }
 
   private keys(accountId: string): [string, string, string, string, string] {
     const p = `${this.prefix}{${accountId}}`;
@@ -434,7 +440,7 @@ export class RedisLimiter implements Limiter {
     this.list(i.accountId);
     const [sum, holds, exp, run, pend] = this.keys(i.accountId);
     const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
-    const r = await this.redis.tgAdmit(sum, holds, exp, run, pend, `${this.prefix}rpm:${i.keyId}`,
+    const r = await this.redis.tgAdmit(sum, holds, exp, run, pend, this.rpmKey(i.accountId, i.keyId),
       i.holdId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.money ? '1' : '0',
       i.balance.amount.toString(), i.balance.version.toString(), i.ceiling === null ? '' : i.ceiling.toString(),
       field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs), this.owner, i.cover ? '1' : '', quotaArg(i.quotas));
@@ -463,7 +469,7 @@ export class RedisLimiter implements Limiter {
   async extend(i: ExtendInput): Promise<ExtendOutcome> {
     const [sum, holds, exp] = this.keys(i.accountId);
     const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
-    const r = await this.redis.tgExtend(sum, holds, exp, `${this.prefix}rpm:${i.keyId}`, i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
+    const r = await this.redis.tgExtend(sum, holds, exp, this.rpmKey(i.accountId, i.keyId), i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
       i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs),
       i.rpm === undefined ? '' : String(i.rpm), i.cover ? '1' : '');
     switch (r[0]) {
@@ -571,19 +577,28 @@ export class RedisLimiter implements Limiter {
     const out: PendingDebit[] = [];
     // Just back from an outage: nobody could beat meanwhile, so silence proves nothing yet.
     if (Date.now() - this.readyAt < DEAD_AFTER_MS + HEARTBEAT_MS) return out;
-    const dead = (await this.redis.tgSilent(this.instancesKey(), String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
-    for (const d of dead) {
-      const lease = `${this.prefix}recover:${d}`;
-      if ((await this.redis.set(lease, this.owner, 'PX', 30_000, 'NX')) !== 'OK') continue;
-      const accounts = await this.redis.smembers(this.accountsOf(d));
-      for (const accountId of accounts) {
-        if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.add(accountId); }
-        const flat = await this.redis.tgTakeover(...this.keys(accountId), d, this.owner);
-        for (let i = 0; i < flat.length; i += 4) {
-          out.push({ id: flat[i]!, accountId, keyId: flat[i + 1]!, amount: BigInt(flat[i + 2]!), entry: flat[i + 3]! });
+    // The registry, then the one before the hash tags (`<prefix>instances`…), where an instance of an
+    // older version that died during a rolling upgrade is listed; its holds and debits are under the same keys.
+    for (const reg of [`${this.prefix}{registry}:`, this.prefix]) {
+      const dead = (await this.redis.tgSilent(`${reg}instances`, String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
+      for (const d of dead) {
+        const lease = `${reg}recover:${d}`;
+        if ((await this.redis.set(lease, this.owner, 'PX', 30_000, 'NX')) !== 'OK') continue;
+        const accounts = await this.redis.smembers(`${reg}inst:${d}:accts`);
+        for (const accountId of accounts) {
+          if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.add(accountId); }
+          const flat = await this.redis.tgTakeover(...this.keys(accountId), d, this.owner);
+          for (let i = 0; i < flat.length; i += 4) {
+            out.push({ id: flat[i]!, accountId, keyId: flat[i + 1]!, amount: BigInt(flat[i + 2]!), entry: flat[i + 3]! });
+          }
         }
+        // The old registry's keys are in three slots: one command each (the lease last, so a failure retries).
+        if (reg === this.prefix) {
+          await this.redis.zrem(`${reg}instances`, d);
+          await this.redis.del(`${reg}inst:${d}:accts`);
+          await this.redis.del(lease);
+        } else await this.redis.multi().zrem(this.instancesKey(), d).del(this.accountsOf(d)).del(lease).exec();
       }
-      await this.redis.multi().zrem(this.instancesKey(), d).del(this.accountsOf(d)).del(lease).exec();
     }
     return out;
   }
