@@ -170,7 +170,7 @@ test('an unknown output_format closes the socket with 1008 and the reason', asyn
   assert.match(s.frames[0].message, /output_format "wav_99" is unknown/);
 });
 
-test('a socket dropped mid-generation while two contexts have text queued bills the generation under way and starts no other', async (t) => {
+test('a socket dropped mid-generation while two contexts have text queued stops the generation under way, billed what it sent, and starts no other', async (t) => {
   // 100 ms between sim's 250 ms pieces of speech: each generation here takes most of a second.
   const slow = await startGateway(t, { store: 'pglite', upstreams: { sim: { sim: { token_delay_ms: 100 } } } });
   const { key, account } = await slow.account('1');
@@ -190,16 +190,18 @@ test('a socket dropped mid-generation while two contexts have text queued bills 
   await until(() => s.frames.some((f) => f.audio));
   s.ws.terminate();
   await s.closed;
-  // The client left while the first generation was being relayed: it finishes and is billed; those queued behind it never start.
-  const owed = chars(first) * PER_CHAR;
+  // The client left while the first generation was being relayed: it stops there and is billed the
+  // characters of the audio it sent (at least those the client heard); those queued behind it never start.
+  const heard = BigInt(s.frames.filter((f) => f.audio).reduce((n, f) => n + f.alignment.chars.length, 0));
   let spent = 0n;
-  for (let i = 0; i < 100 && spent !== owed; i++) {
+  for (let i = 0; i < 100 && spent === 0n; i++) {
     await sleep(50);
     spent = 1_000_000_000n - BigInt(Math.round((await slow.cli('account', 'show', account)).balance * 1e9));
   }
   await sleep(1500);
   spent = 1_000_000_000n - BigInt(Math.round((await slow.cli('account', 'show', account)).balance * 1e9));
-  assert.equal(spent, owed, 'the first generation, not the second or third');
+  assert.ok(spent >= heard * PER_CHAR, `billed ${spent} nd, at least the ${heard} characters heard`);
+  assert.ok(spent <= chars(first) * PER_CHAR, `billed ${spent} nd: at most the first generation, never the second or third`);
   await assertInvariants(assert, slow, account);
 });
 
