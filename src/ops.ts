@@ -1,11 +1,11 @@
 // Operator commands (accounts, credits, keys) as functions on the store, shared by the CLI and the admin socket.
-import { randomUUID } from 'node:crypto';
 import type { Db } from './store/db.js';
 import { accountById, accountByEmail, accountByEmailAnyCase, createAccount, keySpend, listAccounts, type AccountRecord } from './store/accounts.js';
 import { createKey, keyByHash, keysOfAccount, revokeKey, SCOPES, type KeyRecord, type Period, type Scope } from './store/keys.js';
 import { hashKey, KEY_DISPLAY_PREFIX_LEN } from './store/ids.js';
-import { consoleUserFor, createSigninLink, EmailTaken } from './console/store.js';
+import { consoleUserFor, createSigninLink, EmailTaken } from './store/console.js';
 import type { Settler } from './ledger/settle.js';
+import { credit } from './ledger/credit.js';
 import { dollarsToNano, nanoToDollars, type Nanodollars } from './money.js';
 
 /** A command that cannot be done: exit 2 for a wrong invocation (a flag missing or malformed), 1 when what it names is not there. */
@@ -66,10 +66,8 @@ function shownKey(k: string): string {
   return `${k.slice(0, KEY_DISPLAY_PREFIX_LEN)}…`;
 }
 
-export async function credit(d: Pick<OpsDeps, 'db' | 'settler'>, accountId: string, amount: Nanodollars, reason: string, idemKey = `credit:${randomUUID()}`): Promise<bigint> {
-  const r = await d.settler.submit({ idemKey, nonce: idemKey, accountId, keyId: null, kind: 'credit', amount, reason });
-  return r.balance ?? (await accountById(d.db, accountId))!.balance;
-}
+/** Kept here for callers that still import it from ops: the ledger owns it. */
+export { credit } from './ledger/credit.js';
 
 /** An account by id (`acct_…`) or email; a clear exit-1 error when there is none. */
 export async function findAccount(db: Db, ref: string): Promise<AccountRecord> {

@@ -18,7 +18,7 @@ import { startSim, type SimHandle } from './sim/index.js';
 import { Metrics } from './observe/metrics.js';
 import { Billing } from './billing/core.js';
 import { BatchWorker } from './jobs/batch-worker.js';
-import { batchEndpoints } from './families/alpha/batches.js';
+import type { BatchEndpoints } from './exchange/client.js';
 import { FileSweeper } from './jobs/file-sweeper.js';
 import { findFfmpeg, type Ffmpeg } from './audio/ffmpeg.js';
 import { log } from './observe/log.js';
@@ -54,7 +54,11 @@ export function journalPath(dataDir: string): string {
   return join(dataDir, 'run', 'debits.journal');
 }
 
-export async function openServices(config: Config, dataDir: string): Promise<Services> {
+/**
+ * Opens every stage. `batchEndpoints` is what a batch line may run (the caller, cli.ts, takes it from the
+ * family that serves batches): the services never import a family.
+ */
+export async function openServices(config: Config, dataDir: string, batchEndpoints: (s: Services) => BatchEndpoints): Promise<Services> {
   const c = config;
   // looked for while the store opens (a child process: half a second on a loaded machine)
   const finding = findFfmpeg();
@@ -98,7 +102,9 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg,
     models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls) };
   const s = { ...base, billing: new Billing(base) } as Services;
-  s.batches = new BatchWorker(s, batchEndpoints());
+  s.batches = new BatchWorker({
+    db, batches: c.batches, maxLineBytes: c.limits.maxBodyBytes, modelId: (name) => s.models.find(name)?.id,
+  }, batchEndpoints(s));
   metrics.ledgerWrites = () => settler.writes;
   metrics.keyLookups = () => cache.missLookups;
   metrics.openHolds = () => admission.openHolds.count;

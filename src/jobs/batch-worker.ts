@@ -1,8 +1,9 @@
 // The batch worker: validates input files, runs lines through the live exchange with a collecting Downstream, closes batches.
 import { hostname } from 'node:os';
-import type { Services } from '../services.js';
+import type { Config } from '../config.js';
+import type { Db } from '../store/db.js';
 import type { Downstream } from '../exchange/relay-http.js';
-import type { ExchangeClient } from '../families/alpha/metered.js';
+import type { BatchEndpoints, ExchangeClient } from '../exchange/client.js';
 import { GatewayError } from '../errors.js';
 import { base62 } from '../store/ids.js';
 import { fileLines, getFile, storeFile, deleteFile } from '../store/files.js';
@@ -14,14 +15,18 @@ import {
 import type { KeyRecord } from '../store/keys.js';
 import { log } from '../observe/log.js';
 
-/** Runs one request of an endpoint (the same function the live route runs). */
-export type LineRunner = (s: Services, client: ExchangeClient, body: Buffer) => Promise<void>;
+/** Moved to exchange/client.ts (a family builds them, and families do not import jobs); re-exported here. */
+export type { BatchEndpoints, LineRunner } from '../exchange/client.js';
 
-export interface BatchEndpoints {
-  /** By endpoint (`/v1/chat/completions`): the runner and the route name its ledger entries carry. */
-  runners: Map<string, { run: LineRunner; name: string }>;
-  /** The family's error envelope, for the body of an error line. */
-  render(err: GatewayError, requestId: string): string;
+/** What the batch worker uses, and nothing more (never the whole Services). */
+export interface BatchWorkerDeps {
+  db: Db;
+  /** Concurrency, poll interval and lease length. */
+  batches: Config['batches'];
+  /** The longest input line: the largest request body. */
+  maxLineBytes: number;
+  /** The Tollgate model id a name (or alias) stands for, if any. */
+  modelId(name: string): string | undefined;
 }
 
 /** OpenAI's limit on requests in one batch. */
@@ -48,9 +53,9 @@ export class BatchWorker {
   private stopped = true;
   private readonly work = new Set<Promise<void>>();
 
-  constructor(private readonly s: Services, private readonly endpoints: BatchEndpoints) {}
+  constructor(private readonly s: BatchWorkerDeps, private readonly endpoints: BatchEndpoints) {}
 
-  private get cfg() { return this.s.config.batches; }
+  private get cfg() { return this.s.batches; }
 
   start(): void {
     if (this.cfg.concurrency === 0) return;
@@ -132,7 +137,7 @@ export class BatchWorker {
         await failBatch(this.s.db, b.id, this.owner, [{ code: 'invalid_file', message: `The input file ${b.inputFileId} no longer exists.`, param: 'input_file_id', line: null }]);
         return;
       }
-      const maxLine = this.s.config.limits.maxBodyBytes;
+      const maxLine = this.s.maxLineBytes;
       const seen = new Set<string>();
       let group: NewLine[] = [];
       let lineNo = 0;
@@ -147,7 +152,7 @@ export class BatchWorker {
         const line = parseLine(raw, lineNo, b.endpoint, seen, err);
         if (!line) continue;
         // The batch names its model as its lines' replies do: by the Tollgate id an alias stands for.
-        model ??= line.model === null ? null : this.s.models.find(line.model)?.id ?? line.model;
+        model ??= line.model === null ? null : this.s.modelId(line.model) ?? line.model;
         if (errors.length > 0) continue;
         group.push({ lineNo, customId: line.customId, body: line.body });
         if (group.length >= INSERT_GROUP) { await insertLines(this.s.db, b.id, group); group = []; }
@@ -202,7 +207,7 @@ export class BatchWorker {
         key, requestId, routeName: `batch.${ep.name}`, headers: { 'content-type': 'application/json' },
         debit: { id: `batch:${l.batchId}:${l.customId}`, nonce: l.nonce, batch: true },
       });
-      await ep.run(this.s, client, body);
+      await ep.run(client, body);
       if (down.status === 200 && down.complete) res = result(200, down.text(), true);
       else res = failure(new GatewayError({ status: 502, code: 'upstream_malformed_response', type: 'server_error', message: 'The upstream reply was cut short.' }));
     } catch (e) {

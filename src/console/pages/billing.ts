@@ -7,7 +7,7 @@ import { csrfField, notice } from '../layout.js';
 import { baseUrl } from '../http.js';
 import { usd, utc } from '../format.js';
 import { LEDGER_HEADER, ledgerCsvRow } from '../csv.js';
-import { entriesAfter, latestEntries, type LedgerRow } from '../store.js';
+import { entriesAfter, latestEntries, type LedgerRow } from '../../store/console.js';
 import { seeOther, show, type Req } from '../page.js';
 
 const MIN_TOPUP = 5n * 1_000_000_000n;

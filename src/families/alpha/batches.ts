@@ -7,7 +7,7 @@ import { admit } from '../../gate/admission.js';
 import { base62 } from '../../store/ids.js';
 import { getFile } from '../../store/files.js';
 import { batchObject, cancelBatch, createBatch, getBatch, listBatches } from '../../store/batches.js';
-import type { BatchEndpoints } from '../../jobs/batch-worker.js';
+import type { BatchEndpoints } from '../../exchange/client.js';
 import { checkMetadata, compile, parseJson } from '../validate.js';
 import { alpha } from './family.js';
 import { chatCompletion } from './chat.js';
@@ -34,14 +34,17 @@ const CreateBatch = Type.Object({
 const MAX_EXTRA_BYTES = 4096;
 const check = compile(CreateBatch);
 
-/** What each batch endpoint runs: the live route's own function (same validation, refused parameters, upstream and meter). */
-export function batchEndpoints(): BatchEndpoints {
+/**
+ * What each batch endpoint runs: the live route's own function (same validation, refused parameters, upstream and meter).
+ * `cli.ts` hands this to `openServices`, so the services (and the batch worker) never import a family.
+ */
+export function batchEndpoints(s: Services): BatchEndpoints {
   return {
     runners: new Map([
-      ['/v1/chat/completions', { run: chatCompletion, name: 'chat.completions' }],
-      ['/v1/completions', { run: completion, name: 'completions' }],
-      ['/v1/embeddings', { run: embedding, name: 'embeddings' }],
-      ['/v1/responses', { run: response, name: 'responses' }],
+      ['/v1/chat/completions', { run: (c, b) => chatCompletion(s, c, b), name: 'chat.completions' }],
+      ['/v1/completions', { run: (c, b) => completion(s, c, b), name: 'completions' }],
+      ['/v1/embeddings', { run: (c, b) => embedding(s, c, b), name: 'embeddings' }],
+      ['/v1/responses', { run: (c, b) => response(s, c, b), name: 'responses' }],
     ]),
     render: (err, requestId) => alpha.render(err, requestId),
   };
