@@ -3,6 +3,7 @@ import type { Db } from './store/db.js';
 import { accountById, accountByEmail, accountByEmailAnyCase, createAccount, keySpend, listAccounts, type AccountRecord } from './store/accounts.js';
 import { createKey, keyByHash, keysOfAccount, revokeKey, SCOPES, type KeyRecord, type Period, type Scope } from './store/keys.js';
 import { hashKey, KEY_DISPLAY_PREFIX_LEN } from './store/ids.js';
+import { ledgerTotal } from './store/ledger-reads.js';
 import { consoleUserFor, createSigninLink, EmailTaken } from './store/console.js';
 import type { Settler } from './ledger/settle.js';
 import { credit } from './ledger/credit.js';
@@ -116,10 +117,10 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       const id = acct.id;
       const keys = await keysOfAccount(d.db, id);
       const spend = await keySpend(d.db, keys.map((k) => k.id));
-      const sum = await d.db.query('SELECT coalesce(sum(amount_nd), 0)::bigint AS total FROM ledger WHERE account_id = $1', [id]);
+      const total = await ledgerTotal(d.db, id);
       return {
         account_id: id, email: acct.email, balance: nanoToDollars(acct.balance),
-        ledger_total: nanoToDollars(sum.rows[0]!.total as bigint), keys: keys.map((k) => keyView(k, spend.get(k.id))),
+        ledger_total: nanoToDollars(total), keys: keys.map((k) => keyView(k, spend.get(k.id))),
       };
     }
     case 'key create': {

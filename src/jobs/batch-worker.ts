@@ -8,7 +8,7 @@ import { GatewayError } from '../errors.js';
 import { base62 } from '../store/ids.js';
 import { fileLines, getFile, storeFile, deleteFile } from '../store/files.js';
 import {
-  batchKey, claimClosing, claimLines, claimValidation, clearLines, closeBatch, closeLines, deferLine, failBatch, finishLine,
+  batchKey, claimClosing, doneCounts, claimLines, claimValidation, clearLines, closeBatch, closeLines, deferLine, failBatch, finishLine,
   insertLines, lineOutputs, releaseBatch, renewBatch, renewLines, startBatch,
   type BatchError, type BatchRow, type Closing, type LineWork, type NewLine,
 } from '../store/batches.js';
@@ -235,8 +235,7 @@ export class BatchWorker {
           kind === 'cancel' ? 'The batch was cancelled before this request ran.' : 'The batch expired before this request ran.');
         if (left > 0) { await releaseBatch(this.s.db, b.id, this.owner); return; }
       }
-      const counts = await this.s.db.query("SELECT count(*) FILTER (WHERE ok)::int AS ok, count(*) FILTER (WHERE NOT ok)::int AS bad FROM batch_lines WHERE batch_id = $1 AND state = 'done'", [b.id]);
-      const { ok, bad } = counts.rows[0] as { ok: number; bad: number };
+      const { ok, bad } = await doneCounts(this.s.db, b.id);
       // `output_expires_after` (checked when the batch was created): from the file's creation, as OpenAI anchors it.
       const after = (b.row.extra as { output_expires_after?: { seconds?: number } } | null)?.output_expires_after?.seconds;
       const expiresAt = (): Date | null => (typeof after === 'number' ? new Date(Date.now() + after * 1000) : null);
