@@ -4,7 +4,7 @@ import type { Config } from '../config.js';
 import type { Db } from '../store/db.js';
 import type { Downstream } from '../exchange/relay-http.js';
 import type { BatchEndpoints, ExchangeClient } from '../exchange/client.js';
-import { GatewayError } from '../errors.js';
+import { GatewayError, invalidValue, unsupportedParameter } from '../errors.js';
 import { base62 } from '../store/ids.js';
 import { fileLines, getFile, storeFile, deleteFile } from '../store/files.js';
 import {
@@ -197,11 +197,11 @@ export class BatchWorker {
     let res;
     try {
       const key = await this.key(l.keyId);
-      if (!ep) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'url', message: `${l.endpoint} is not served in batches.` });
-      if (!key || key.revokedAt) throw new GatewayError({ status: 401, code: 'invalid_api_key', message: 'The key this batch was created with has been revoked.' });
+      if (!ep) throw invalidValue('url', `${l.endpoint} is not served in batches.`);
+      if (!key || key.revokedAt) throw new GatewayError({ code: 'invalid_api_key', message: 'The key this batch was created with has been revoked.' });
       const body = Buffer.from(l.body);
       if ((JSON.parse(l.body) as { stream?: unknown }).stream === true) {
-        throw new GatewayError({ status: 400, code: 'unsupported_parameter', param: 'stream', message: 'A batch request cannot stream: its reply is written to the output file. Remove `stream`.' });
+        throw unsupportedParameter('stream', 'A batch request cannot stream: its reply is written to the output file. Remove `stream`.');
       }
       const client: ExchangeClient = Object.assign(down, {
         key, requestId, routeName: `batch.${ep.name}`, headers: { 'content-type': 'application/json' },
@@ -209,7 +209,7 @@ export class BatchWorker {
       });
       await ep.run(client, body);
       if (down.status === 200 && down.complete) res = result(200, down.text(), true);
-      else res = failure(new GatewayError({ status: 502, code: 'upstream_malformed_response', type: 'server_error', message: 'The upstream reply was cut short.' }));
+      else res = failure(new GatewayError({ code: 'upstream_malformed_response', message: 'The upstream reply was cut short.' }));
     } catch (e) {
       const ge = e instanceof GatewayError ? e : null;
       if (ge && (ge.status === 429 || (ge.status === 503 && ge.retryable))) {
@@ -219,7 +219,7 @@ export class BatchWorker {
         return;
       }
       if (!ge) log('error', 'batch line failed', { batch: l.batchId, line: l.lineNo, error: String((e as Error)?.stack ?? e) });
-      res = failure(ge ?? new GatewayError({ status: 500, code: 'internal_error', type: 'server_error', message: 'The request failed inside the gateway.' }));
+      res = failure(ge ?? new GatewayError({ code: 'internal_error', message: 'The request failed inside the gateway.' }));
     }
     await finishLine(this.s.db, l.batchId, l.lineNo, res);
   }
