@@ -24,7 +24,7 @@ import { routeUploadBytes } from '../../config.js';
 export const DEFAULT_STS_MODEL_ID = 'eleven_english_sts_v2';
 
 function field422(field: string, msg: string): GatewayError {
-  return new GatewayError({ code: 'validation_error', param: field, message: msg, detail: [{ loc: ['body', field], msg, type: 'value_error' }] });
+  return new GatewayError({ status: 422, code: 'validation_error', param: field, message: msg, detail: [{ loc: ['body', field], msg, type: 'value_error' }] });
 }
 
 async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable, measure: MeasureAudio, preset: PresetLookup): Promise<void> {
@@ -52,7 +52,7 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
     const v = await voiceOf(s.db, ctx.key!.accountId, voiceId);
     if (!v) throw voiceNotFound(voiceId);
     if (v.upstream !== model.upstream) {
-      throw new GatewayError({ code: 'invalid_value', param: 'voice_id',
+      throw new GatewayError({ status: 400, code: 'invalid_value', param: 'voice_id',
         message: `The voice '${voiceId}' was cloned on another host than the one of ${model.id}, so it cannot be converted to.` });
     }
     upstreamVoice = v.upstreamVoiceId;
