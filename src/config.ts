@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { Type, type Static } from '@sinclair/typebox';
 import { Value } from '@sinclair/typebox/value';
 import { dollarsToNano, type Nanodollars } from './money.js';
-import type { UnitPrices } from './ledger/pricing.js';
+import type { UnitPrices } from './money.js';
 import { SimTranscription, TranscriptionUpstream, simTranscription, transcriptionCaps, type SimTranscriptionOptions, type TranscriptionCaps } from './config-transcription.js';
 
 const Dollars = Type.Union([Type.String({ pattern: '^\\d+(\\.\\d{1,9})?$' }), Type.Number({ minimum: 0 })]);

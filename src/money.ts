@@ -52,3 +52,19 @@ export function priceUnits(units: bigint, pricePerMillion: bigint): Nanodollars 
   const num = units * pricePerMillion;
   return nd((num + 999_999n) / 1_000_000n);
 }
+
+/** A model's prices in nanodollars per unit: per 1M tokens, per 1M characters, per minute of audio. */
+export interface UnitPrices {
+  inputPerMTok: bigint;
+  outputPerMTok: bigint;
+  perMChar: bigint;
+  audioInPerMinute: bigint;
+  audioOutPerMinute: bigint;
+  /**
+   * Audio and cached tokens as a realtime upstream reports them (per 1M tokens; absent: zero). Only
+   * a realtime pass-through's usage has such tokens; its config fills all three.
+   */
+  audioInputPerMTok?: bigint;
+  audioOutputPerMTok?: bigint;
+  cachedInputPerMTok?: bigint;
+}

@@ -1,11 +1,12 @@
 // Operator commands (accounts, credits, keys) as functions on the store, shared by the CLI and the admin socket.
-import { randomUUID } from 'node:crypto';
 import type { Db } from './store/db.js';
 import { accountById, accountByEmail, accountByEmailAnyCase, createAccount, keySpend, listAccounts, type AccountRecord } from './store/accounts.js';
 import { createKey, keyByHash, keysOfAccount, revokeKey, updateKeyLimits, SCOPES, type KeyLimits, type KeyRecord, type Period, type Scope } from './store/keys.js';
 import { hashKey, KEY_DISPLAY_PREFIX_LEN } from './store/ids.js';
-import { consoleUserFor, createSigninLink, EmailTaken } from './console/store.js';
+import { ledgerTotal } from './store/ledger-reads.js';
+import { consoleUserFor, createSigninLink, EmailTaken } from './store/console.js';
 import type { Settler } from './ledger/settle.js';
+import { credit } from './ledger/credit.js';
 import { dollarsToNano, nanoToDollars, type Nanodollars } from './money.js';
 
 /** A command that cannot be done: exit 2 for a wrong invocation (a flag missing or malformed), 1 when what it names is not there. */
@@ -81,10 +82,8 @@ function shownKey(k: string): string {
   return `${k.slice(0, KEY_DISPLAY_PREFIX_LEN)}…`;
 }
 
-export async function credit(d: Pick<OpsDeps, 'db' | 'settler'>, accountId: string, amount: Nanodollars, reason: string, idemKey = `credit:${randomUUID()}`): Promise<bigint> {
-  const r = await d.settler.submit({ idemKey, nonce: idemKey, accountId, keyId: null, kind: 'credit', amount, reason });
-  return r.balance ?? (await accountById(d.db, accountId))!.balance;
-}
+/** Kept here for callers that still import it from ops: the ledger owns it. */
+export { credit } from './ledger/credit.js';
 
 /** An account by id (`acct_…`) or email; a clear exit-1 error when there is none. */
 export async function findAccount(db: Db, ref: string): Promise<AccountRecord> {
@@ -133,10 +132,10 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       const id = acct.id;
       const keys = await keysOfAccount(d.db, id);
       const spend = await keySpend(d.db, keys.map((k) => k.id));
-      const sum = await d.db.query('SELECT coalesce(sum(amount_nd), 0)::bigint AS total FROM ledger WHERE account_id = $1', [id]);
+      const total = await ledgerTotal(d.db, id);
       return {
         account_id: id, email: acct.email, balance: nanoToDollars(acct.balance),
-        ledger_total: nanoToDollars(sum.rows[0]!.total as bigint), keys: keys.map((k) => keyView(k, spend.get(k.id))),
+        ledger_total: nanoToDollars(total), keys: keys.map((k) => keyView(k, spend.get(k.id))),
       };
     }
     case 'key create': {

@@ -2,7 +2,7 @@
 import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import type { Config, UpstreamConfig } from './config.js';
-import { openPglite, openPostgres, type Db } from './store/db.js';
+import { openPglite, openPostgres, ping as pingDb, type Db } from './store/db.js';
 import { StateCache } from './gate/cache.js';
 import { MemoryLimiter } from './gate/limits/memory.js';
 import { RedisLimiter } from './gate/limits/redis.js';
@@ -18,7 +18,7 @@ import { startSim, type SimHandle } from './sim/index.js';
 import { Metrics } from './observe/metrics.js';
 import { Billing } from './billing/core.js';
 import { BatchWorker } from './jobs/batch-worker.js';
-import { batchEndpoints } from './families/alpha/batches.js';
+import type { BatchEndpoints } from './exchange/client.js';
 import { FileSweeper } from './jobs/file-sweeper.js';
 import { findFfmpeg, type Ffmpeg } from './audio/ffmpeg.js';
 import { log } from './observe/log.js';
@@ -74,7 +74,11 @@ export function journalPath(dataDir: string): string {
   return join(dataDir, 'run', 'debits.journal');
 }
 
-export async function openServices(config: Config, dataDir: string): Promise<Services> {
+/**
+ * Opens every stage. `batchEndpoints` is what a batch line may run (the caller, cli.ts, takes it from the
+ * family that serves batches): the services never import a family.
+ */
+export async function openServices(config: Config, dataDir: string, batchEndpoints: (s: Services) => BatchEndpoints): Promise<Services> {
   const c = config;
   // looked for while the store opens (a child process: half a second on a loaded machine)
   const finding = findFfmpeg();
@@ -121,7 +125,9 @@ export async function openServices(config: Config, dataDir: string): Promise<Ser
     models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts) };
   const s = { ...base, billing: new Billing(base) } as Services;
   openStatus(s, upstreamConfigs, simUrls);
-  s.batches = new BatchWorker(s, batchEndpoints());
+  s.batches = new BatchWorker({
+    db, batches: c.batches, maxLineBytes: c.limits.maxBodyBytes, modelId: (name) => s.models.find(name)?.id,
+  }, batchEndpoints(s));
   metrics.ledgerWrites = () => settler.writes;
   metrics.keyLookups = () => cache.missLookups;
   metrics.openHolds = () => admission.openHolds.count;
@@ -176,7 +182,7 @@ function openStatus(s: Services, upstreams: ReadonlyMap<string, UpstreamConfig>,
   const limiter = s.limiter;
   s.availability = new Availability();
   s.health = new HealthMonitor({
-    postgres: s.db.kind === 'postgres' ? async () => { await s.db.query('SELECT 1'); } : null,
+    postgres: s.db.kind === 'postgres' ? () => pingDb(s.db) : null,
     redis: limiter.ping ? () => limiter.ping!() : null,
     payments: () => (c.payments.provider === 'sandbox' ? null : lastProviderCall),
     upstreams: upstreamHealth ?? new PooledUpstreamHealth(new TcpUpstreamHealth(targets, Math.min(2000, c.status.probeMs)), () => s.upstreams.pools.health()),

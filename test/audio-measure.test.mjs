@@ -2,16 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { measureAudio, pcmDurationMs } from '../dist/meter/audio.js';
-
-function wav(seconds, rate = 16_000) {
-  const pcm = Buffer.alloc(Math.round(seconds * rate) * 2);
-  for (let i = 0; i < pcm.length / 2; i++) pcm.writeInt16LE(Math.round(Math.sin(i / 8) * 5000), i * 2);
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + pcm.length, 4); h.write('WAVE', 8); h.write('fmt ', 12);
-  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(rate, 24);
-  h.writeUInt32LE(rate * 2, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(pcm.length, 40);
-  return Buffer.concat([h, pcm]);
-}
+import { wav } from './helpers/wav.mjs';
 
 test('a WAV file\'s duration is read from its header and data, whatever the client says it is', async () => {
   const a = await measureAudio(wav(1.5), { mimeType: 'audio/wav', filename: 'a.wav' });
@@ -19,7 +10,7 @@ test('a WAV file\'s duration is read from its header and data, whatever the clie
   assert.equal(a.container, 'WAVE');
   assert.equal(a.sampleRate, 16_000);
   // a misleading name or type changes nothing: the bytes decide
-  assert.equal((await measureAudio(wav(0.25, 24_000), { mimeType: 'audio/mpeg', filename: 'x.mp3' })).durationMs, 250);
+  assert.equal((await measureAudio(wav(0.25, { rate: 24_000 }), { mimeType: 'audio/mpeg', filename: 'x.mp3' })).durationMs, 250);
 });
 
 test('a file that is not audio, or is empty, is refused with 400 invalid_audio before anything is billed', async () => {

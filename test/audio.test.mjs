@@ -3,14 +3,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseBuffer } from 'music-metadata';
-import { startGateway, assertInvariants, bearer } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, bearer, balanceNano } from './helpers/gateway.mjs';
 
 const OPTS = { store: 'pglite' };
 /** sim-tts: $15 per million characters; sim-stt: $0.006 per minute = 100 nanodollars a millisecond. */
 const PER_CHAR = 15_000n;
 const PER_MS = 100n;
-
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 
 /** The balance once `spent` has been debited (debits commit just after the reply); fails if it moves by anything else. */
 async function expectSpent(gw, account, before, spent) {

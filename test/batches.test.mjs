@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { startGateway, freshDatabase, assertInvariants, priceNano, bearer, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, freshDatabase, assertInvariants, priceNano, bearer, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
 
 const FAST = { TOLLGATE_BATCH_POLL_MS: '50', TOLLGATE_BATCH_LEASE_MS: '1500' };
 
@@ -44,11 +44,6 @@ async function content(gw, key, fileId) {
   const r = await gw.fetch(`/v1/files/${fileId}/content`, { headers: bearer(key) });
   assert.equal(r.status, 200);
   return (await r.text()).split('\n').filter(Boolean).map((l) => JSON.parse(l));
-}
-
-async function balanceNano(gw, account) {
-  const show = await gw.cli('account', 'show', account);
-  return BigInt(Math.round(show.balance * 1e9));
 }
 
 /** What the outputs' reported usage costs at the live prices: the balance must move by exactly this. */

@@ -3,6 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { parseBuffer } from 'music-metadata';
 import { startGateway, assertInvariants, dollarsToNano } from './helpers/gateway.mjs';
+import { wav } from './helpers/wav.mjs';
 
 const GEORGE = 'JBFqnCBsd6RMkjVDRZzb'; // a premade voice (docs/elevenlabs.md, premade voices)
 const PER_CHAR_ND = 15_000n; // sim-tts: $15 per 1M characters
@@ -11,18 +12,6 @@ const STS_PER_MIN_ND = 180_000_000n; // sim-sts: $0.18 per minute
 
 function xi(key, extra = {}) { return { 'xi-api-key': key, ...extra }; }
 const json = { 'content-type': 'application/json' };
-
-function wav(seconds, rate = 16000) {
-  const n = Math.round(seconds * rate);
-  const data = Buffer.alloc(n * 2);
-  for (let i = 0; i < n; i++) data.writeInt16LE(Math.round(5000 * Math.sin(i / 9)), i * 2);
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVEfmt ', 8);
-  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(rate, 24);
-  h.writeUInt32LE(rate * 2, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-  return Buffer.concat([h, data]);
-}
-
 
 /** The balance in nanodollars once it has moved from `before` (a stream settles just after its last byte). */
 async function settled(gw, key, before) {

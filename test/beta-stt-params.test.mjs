@@ -5,6 +5,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import { startGateway, assertInvariants, TEST_MODELS } from './helpers/gateway.mjs';
+import { wav } from './helpers/wav.mjs';
 
 const teardown = [];
 after(async () => { for (const fn of teardown.reverse()) await fn(); });
@@ -25,14 +26,6 @@ async function recordingUpstream() {
   teardown.push(() => new Promise((r) => server.close(r)));
   return { url: `http://127.0.0.1:${server.address().port}`, seen };
 }
-
-const wav = (ms) => {
-  const data = Buffer.alloc(16 * ms * 2);
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVEfmt ', 8); h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22);
-  h.writeUInt32LE(16_000, 24); h.writeUInt32LE(32_000, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-  return Buffer.concat([h, data]);
-};
 
 const ALL = ['tag_audio_events', 'keyterms', 'no_verbatim', 'numbers_format', 'seed', 'secondary_language_codes', 'entity_redaction', 'entity_redaction_mode'];
 const ASKED = { tag_audio_events: ['false'], keyterms: ['Tollgate', 'nanodollar'], no_verbatim: ['true'], numbers_format: ['words'], seed: ['7'],
@@ -57,7 +50,7 @@ test('stt parameters an upstream lists in stt_params are sent on to it by name; 
   const post = (model, fields) => {
     const form = new FormData();
     form.append('model_id', model);
-    form.append('file', new Blob([wav(1500)], { type: 'audio/wav' }), 'a.wav');
+    form.append('file', new Blob([wav(1.5, { amp: 0 })], { type: 'audio/wav' }), 'a.wav');
     for (const [k, vs] of Object.entries(fields)) for (const v of vs) form.append(k, v);
     return gw.fetch('/beta/v1/speech-to-text', { method: 'POST', headers: { 'xi-api-key': key }, body: form });
   };

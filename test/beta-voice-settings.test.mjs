@@ -4,8 +4,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import WebSocket from 'ws';
 import { startGateway, assertInvariants, dollarsToNano } from './helpers/gateway.mjs';
+import { connect as open } from './helpers/ws.mjs';
+import { wav } from './helpers/wav.mjs';
 
 const RACHEL = '21m00Tcm4TlvDq8ikWAM'; // a premade voice (docs/elevenlabs.md, premade voices)
 const DEFAULTS = { stability: 0.5, similarity_boost: 0.75, style: 0, use_speaker_boost: true };
@@ -28,16 +29,6 @@ async function recordingHost(t) {
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   t.after(() => new Promise((r) => server.close(r)));
   return { url: `http://127.0.0.1:${server.address().port}`, seen };
-}
-
-function wav(seconds, rate = 16000) {
-  const data = Buffer.alloc(Math.round(seconds * rate) * 2);
-  for (let i = 0; i < data.length / 2; i++) data.writeInt16LE(Math.round(5000 * Math.sin(i / 9)), i * 2);
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVEfmt ', 8);
-  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(rate, 24);
-  h.writeUInt32LE(rate * 2, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-  return Buffer.concat([h, data]);
 }
 
 async function balanceNano(gw, key) {
@@ -112,22 +103,9 @@ test('text to speech sends voice_settings on to a model that lists them, refuses
   await assertInvariants(assert, gw, account);
 });
 
-/** Opens a stream-input socket; resolves once open, or with the HTTP refusal. */
-function connect(gw, key, q, path = 'stream-input') {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${RACHEL}/${path}?output_format=pcm_24000&${q}`, { headers: { 'xi-api-key': key } });
-    const frames = [];
-    ws.on('message', (d) => frames.push(JSON.parse(d.toString())));
-    const closed = new Promise((r) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() })));
-    ws.on('open', () => resolve({ ws, frames, closed, send: (m) => ws.send(JSON.stringify(m)) }));
-    ws.on('unexpected-response', (_req, res) => {
-      let b = '';
-      res.on('data', (c) => { b += c; });
-      res.on('end', () => resolve({ refused: { status: res.statusCode, body: JSON.parse(b) } }));
-    });
-    ws.on('error', (e) => { if (!String(e.message).includes('Unexpected server response')) reject(e); });
-  });
-}
+/** Opens a stream-input socket (test/helpers/ws.mjs); resolves once open, or with the HTTP refusal. */
+const connect = (gw, key, q, path = 'stream-input') =>
+  open(`${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${RACHEL}/${path}?output_format=pcm_24000&${q}`, { 'xi-api-key': key });
 
 test('stream-input: the first frame\'s voice_settings are sent on or refused with 1008; a later change is answered; enable_ssml_parsing as a speech parameter', async (t) => {
   const host = await recordingHost(t);

@@ -2,19 +2,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startGateway, TEST_MODELS, assertInvariants, dollarsToNano } from './helpers/gateway.mjs';
+import { wav as wavOf } from './helpers/wav.mjs';
+
+/** A voice sample: `samples` long (16 kHz), a different tone for each seed. */
+const wav = (seed, samples = 1600) => wavOf(samples / 16_000, { amp: 8000, step: (seed + 1) / 10 });
 
 const MODELS = TEST_MODELS;
-
-/** A small WAV file (16-bit mono PCM), distinct per `seed`. */
-function wav(seed, samples = 1600) {
-  const data = Buffer.alloc(samples * 2);
-  for (let i = 0; i < samples; i++) data.writeInt16LE(Math.round(8000 * Math.sin((i * (seed + 1)) / 10)), i * 2);
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVE', 8); h.write('fmt ', 12);
-  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(16000, 24);
-  h.writeUInt32LE(32000, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-  return Buffer.concat([h, data]);
-}
 
 function voiceForm({ name = 'Narrator', files = [wav(1), wav(2)], labels, description } = {}) {
   const f = new FormData();

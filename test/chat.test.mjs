@@ -1,7 +1,7 @@
 // Chat completions through the gateway: pass-through, rejected parameters, streaming usage, disconnect billing, upstream faults.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToNano } from './helpers/gateway.mjs';
+import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToNano, balanceNano } from './helpers/gateway.mjs';
 import { startSim } from '../dist/sim/index.js';
 
 const post = (gw, key, body, extra = {}, signal) =>
@@ -9,10 +9,6 @@ const post = (gw, key, body, extra = {}, signal) =>
 
 function events(text) {
   return text.split('\n\n').filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
-}
-
-async function balanceNano(gw, account) {
-  return dollarsToNano((await gw.cli('account', 'show', account)).balance);
 }
 
 test('a streamed chat without include_usage gets no usage chunk but is billed from the upstream usage', async (t) => {

@@ -8,14 +8,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { startGateway, assertInvariants, bearer, chatBody, priceNano, dollarsToNano, CLI, ROOT } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, bearer, chatBody, priceNano, dollarsToNano, CLI, ROOT, balanceNano } from './helpers/gateway.mjs';
 
 /** A Node major's binary from npm's node-<os>-<arch> package (installed into .node-versions/ once). */
 function nodeBinary(major) {
   return execFileSync(join(ROOT, 'test', 'node-versions'), [String(major)], { encoding: 'utf8' }).trim();
 }
 
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 /** sim-tts: $15 per million characters. */
 const PER_CHAR = 15_000n;
 const VOICE = 'JBFqnCBsd6RMkjVDRZzb';

@@ -3,7 +3,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { startGateway, assertInvariants } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, balanceNano } from './helpers/gateway.mjs';
+import { connect as open } from './helpers/ws.mjs';
 import { hasFfmpeg, oggPages, probeAudio } from './helpers/audio.mjs';
 
 // One gateway for the file (each test has accounts of its own).
@@ -21,20 +22,10 @@ function url(query) {
   return `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${VOICE}/multi-stream-input?${query}`;
 }
 
-/** Opens a socket; resolves once open, with its frames so far and a `closed` promise. */
-function connect(query, headers = {}) {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url(query), { headers });
-    const frames = [];
-    ws.on('message', (d) => frames.push(JSON.parse(d.toString())));
-    const closed = new Promise((r) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() })));
-    ws.on('open', () => resolve({ ws, frames, closed, send: (m) => ws.send(JSON.stringify(m)) }));
-    ws.on('unexpected-response', (_q, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
-    ws.on('error', () => undefined);
-  });
-}
+/** Opens a socket on `url(query)`; resolves once open (test/helpers/ws.mjs). */
+const connect = (query, headers = {}) => open(url(query), headers);
 
-const balance = async (account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
+const balance = (account) => balanceNano(gw, account);
 const chars = (s) => BigInt([...s].length);
 /** What a context's audio frames spelled, generation after generation (audio is relayed as it is made: a generation is one or more frames). */
 const spelled = (frames, id) => frames.filter((f) => f.audio && f.contextId === id).map((f) => f.alignment?.chars.join('') ?? '').join('');

@@ -3,8 +3,8 @@
 // tokens at theirs), a dropped client's response billed what the upstream reports, an upstream that closes, a spent balance.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import WebSocket from 'ws';
-import { startGateway, assertInvariants, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
+import { connect } from './helpers/ws.mjs';
 import { countTokens } from '../dist/meter/tokens.js';
 
 const UPSTREAMS = { sim: { sim: {} }, rt: { sim: {}, realtime_api: true } };
@@ -32,37 +32,6 @@ function priceUsage(u) {
 function wsUrl(gw, model = 'sim-rt-pass', path = '/alpha/v1/realtime') {
   return `${gw.url.replace(/^http/, 'ws')}${path}?model=${model}`;
 }
-
-function connect(url, { headers = {}, protocols } = {}) {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, protocols, { headers });
-    const events = [];
-    const waiters = [];
-    ws.on('message', (d) => { events.push(JSON.parse(d.toString())); for (const w of waiters.splice(0)) w(); });
-    const closed = new Promise((r) => ws.on('close', (code, reason) => { r({ code, reason: reason.toString() }); for (const w of waiters.splice(0)) w(); }));
-    let isClosed = false;
-    closed.then(() => { isClosed = true; });
-    const until = async (pred, from = 0) => {
-      const deadline = Date.now() + 20_000;
-      for (;;) {
-        if (Date.now() > deadline) throw new Error(`the event did not come: ${JSON.stringify(events.map((e) => e.type))}`);
-        const hit = events.slice(from).find(pred);
-        if (hit) return hit;
-        if (isClosed) throw new Error(`closed before the event came: ${JSON.stringify(events.map((e) => e.type))}`);
-        await new Promise((r) => { waiters.push(r); setTimeout(r, 1000); });
-      }
-    };
-    ws.on('open', () => resolve({ ws, events, closed, until, send: (e) => ws.send(JSON.stringify(e)) }));
-    ws.on('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c) => { body += c; });
-      res.on('end', () => resolve({ refused: { status: res.statusCode, body: JSON.parse(body) } }));
-    });
-    ws.on('error', (e) => { if (!String(e.message).includes('Unexpected server response')) reject(e); });
-  });
-}
-
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 
 /** Waits until the spend reaches `want` (or, without one, until no hold is open and something is spent), returning the spend. */
 async function spentBecomes(gw, account, before, want) {

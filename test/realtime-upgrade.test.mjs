@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { startGateway, assertInvariants, freshDatabase } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, freshDatabase, balanceNano } from './helpers/gateway.mjs';
 import { connect } from './helpers/ws.mjs';
 
 const OPTS = { store: 'pglite' };
@@ -11,8 +11,6 @@ const OPTS = { store: 'pglite' };
 function wsUrl(gw, path = '/alpha/v1/realtime', model = 'sim-chat') {
   return `${gw.url.replace(/^http/, 'ws')}${path}${model ? `?model=${model}` : ''}`;
 }
-
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 
 async function mint(gw, key, body, path = '/alpha/v1/realtime/client_secrets') {
   const r = await gw.fetch(path, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });

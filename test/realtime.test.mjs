@@ -2,9 +2,9 @@
 // validation, malformed events, the subprotocol key, the session's concurrency slot, a drop mid-response.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import WebSocket from 'ws';
 import { randomBytes } from 'node:crypto';
-import { startGateway, assertInvariants, priceNano, TEST_MODELS, bearer, chatBody, freshDatabase, clearRedisPrefix } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, priceNano, TEST_MODELS, bearer, chatBody, freshDatabase, clearRedisPrefix, balanceNano } from './helpers/gateway.mjs';
+import { connect } from './helpers/ws.mjs';
 
 const OPTS = { store: 'pglite' };
 /** PostgreSQL and the Redis limiter: the migration, the session's slot and its parts settled through Redis. */
@@ -13,37 +13,6 @@ const SHARED = { store: 'postgres', redis: true };
 function wsUrl(gw, path = '/alpha/v1/realtime', model = 'sim-chat') {
   return `${gw.url.replace(/^http/, 'ws')}${path}${model ? `?model=${model}` : ''}`;
 }
-
-/** Opens a socket; resolves with it once open (and its first event, session.created), or with the HTTP refusal. */
-function connect(url, { headers = {}, protocols } = {}) {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, protocols, { headers });
-    const events = [];
-    const waiters = [];
-    ws.on('message', (d) => {
-      events.push(JSON.parse(d.toString()));
-      for (const w of waiters.splice(0)) w();
-    });
-    const closed = new Promise((r) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() })));
-    /** Resolves with the first event (from `from` on) that satisfies `pred`. */
-    const until = async (pred, from = 0) => {
-      for (;;) {
-        const hit = events.slice(from).find(pred);
-        if (hit) return hit;
-        await new Promise((r) => waiters.push(r));
-      }
-    };
-    ws.on('open', () => resolve({ ws, events, closed, until, send: (e) => ws.send(JSON.stringify(e)) }));
-    ws.on('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c) => { body += c; });
-      res.on('end', () => resolve({ refused: { status: res.statusCode, body: JSON.parse(body) } }));
-    });
-    ws.on('error', (e) => { if (!String(e.message).includes('Unexpected server response')) reject(e); });
-  });
-}
-
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 
 /** Waits for the ledger to show `spent` (debits are committed just after they are made durable). */
 async function spentBecomes(gw, account, before, spent) {

@@ -3,7 +3,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from '../node_modules/pg/lib/index.js';
-import { startGateway, assertInvariants, priceNano, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, priceNano, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
 import { connect, closedWithin } from './helpers/ws.mjs';
 
 const UPSTREAMS = { sim: { sim: {} }, rt: { sim: {}, realtime_api: true } };
@@ -19,7 +19,6 @@ const ENDS_WITHIN_MS = 10_000;
 const ws = (gw) => gw.url.replace(/^http/, 'ws');
 const realtimeUrl = (gw, model = 'sim-chat') => `${ws(gw)}/alpha/v1/realtime?model=${model}`;
 const speechUrl = (gw, route) => `${ws(gw)}/beta/v1/text-to-speech/${VOICE}/${route}?output_format=pcm_16000&model_id=sim-tts`;
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 const TEXT = { output_modalities: ['text'] };
 
 /** Spend since `before` once it reaches `want` (debits commit just after they are durable), or what it is after a few seconds. */

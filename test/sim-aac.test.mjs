@@ -2,14 +2,13 @@
 // refuses it, and the start-up log says which. Never silent audio billed as speech.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { startGateway, assertInvariants, bearer, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, bearer, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
 import { hasFfmpeg, probeAudio } from './helpers/audio.mjs';
 import { startSim } from '../dist/sim/index.js';
 
 const TEXT = 'Real audio in every format sim claims.';
 const SECONDS = [...TEXT].length * 0.06;
 const PER_CHAR = 15_000n;
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 const speechBody = JSON.stringify({ model: 'sim-tts', voice: 'alloy', input: TEXT, response_format: 'aac' });
 
 test('aac from sim is real AAC: directly and through the gateway it decodes to sound of the speech\'s length, billed by characters', { skip: !hasFfmpeg && 'ffmpeg not installed' }, async (t) => {

@@ -2,17 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startSim } from '../dist/sim/index.js';
-
-function wav(seconds, rate = 16000) {
-  const n = Math.round(seconds * rate);
-  const data = Buffer.alloc(n * 2);
-  for (let i = 0; i < n; i++) data.writeInt16LE(Math.round(5000 * Math.sin(i / 7)), i * 2);
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVEfmt ', 8);
-  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(rate, 24);
-  h.writeUInt32LE(rate * 2, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-  return Buffer.concat([h, data]);
-}
+import { wav } from './helpers/wav.mjs';
 
 test('sim clones a voice from samples, converts speech to it at the input length, and forgets it', async (t) => {
   const sim = await startSim();

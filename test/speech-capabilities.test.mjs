@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { parseBuffer } from 'music-metadata';
-import { startGateway, assertInvariants, bearer, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, bearer, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
 
 let ffmpeg = true;
 try { execFileSync('ffmpeg', ['-hide_banner', '-encoders'], { stdio: 'ignore' }); } catch { ffmpeg = false; }
@@ -26,7 +26,6 @@ const GEORGE = 'JBFqnCBsd6RMkjVDRZzb';
 const TEXT = 'The gate is open.'; // 17 characters: 1.02 s of sim speech
 const SECONDS = 17 * 0.06;
 
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 async function expectSpent(gw, account, before, spent) {
   let now = await balanceNano(gw, account);
   for (let i = 0; i < 60 && before - now !== spent; i++) { await new Promise((r) => setTimeout(r, 50)); now = await balanceNano(gw, account); }

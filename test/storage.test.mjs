@@ -7,20 +7,13 @@ import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import OpenAI, { toFile } from 'openai';
 import { startGateway, bearer, assertInvariants } from './helpers/gateway.mjs';
+import { wav as wavOf } from './helpers/wav.mjs';
+
+/** A WAV whose data is `bytes` long (16 kHz), a different tone for each seed. */
+const wav = (bytes, seed = 1) => wavOf(bytes / 2 / 16_000, { amp: 8000, step: (seed + 1) / 10 });
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
-
-/** A WAV file (16-bit mono PCM at 16 kHz) of `bytes` bytes of sound data, distinct per `seed`. */
-function wav(bytes, seed = 1) {
-  const data = Buffer.alloc(bytes);
-  for (let i = 0; i + 1 < bytes; i += 2) data.writeInt16LE(Math.round(8000 * Math.sin((i * (seed + 1)) / 20)), i);
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVE', 8); h.write('fmt ', 12);
-  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(16000, 24);
-  h.writeUInt32LE(32000, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-  return Buffer.concat([h, data]);
-}
 
 function fileForm(bytes, { purpose = 'user_data', fields = {} } = {}) {
   const form = new FormData();

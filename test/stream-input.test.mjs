@@ -2,8 +2,8 @@
 // the key in the first frame, refusals, malformed frames, the session's concurrency slot, shutdown.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import WebSocket from 'ws';
-import { startGateway, assertInvariants, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
+import { connect } from './helpers/ws.mjs';
 import { hasFfmpeg, oggPages, probeAudio } from './helpers/audio.mjs';
 
 const MODELS = TEST_MODELS.some((m) => m.kind === 'tts') ? TEST_MODELS
@@ -22,23 +22,6 @@ const VOICE = 'JBFqnCBsd6RMkjVDRZzb';
 
 function wsUrl(gw, query = '') {
   return `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${VOICE}/stream-input${query ? `?${query}` : ''}`;
-}
-
-/** Opens a socket; resolves with it once open, or with the HTTP refusal ({status, body}). */
-function connect(url, headers = {}) {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(url, { headers });
-    const frames = [];
-    ws.on('message', (d) => frames.push(JSON.parse(d.toString())));
-    const closed = new Promise((r) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() })));
-    ws.on('open', () => resolve({ ws, frames, closed }));
-    ws.on('unexpected-response', (_req, res) => {
-      let body = '';
-      res.on('data', (c) => { body += c; });
-      res.on('end', () => resolve({ refused: { status: res.statusCode, body: JSON.parse(body) } }));
-    });
-    ws.on('error', (e) => { if (!String(e.message).includes('Unexpected server response')) reject(e); });
-  });
 }
 
 test('an upgrade with a wrong key, a key without the voice scope, or no balance is an HTTP error in the beta envelope, before any socket', async () => {
@@ -143,7 +126,6 @@ async function session(gw, query, headers, frames, { dropAfterAudio = 0 } = {}) 
   return { ...close, frames: s.frames };
 }
 
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 /** The test model's price: $15 per million characters = 15,000 nanodollars a character. */
 const PER_CHAR = 15_000n;
 /** The final message: `isFinal` with `cost`, the dollars the session was billed (a JSON number, exactly its debits). */

@@ -3,7 +3,7 @@
 // Tollgate making text, srt, vtt, the SSE stream and ElevenLabs word timings from its verbose_json; billed as ever.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startGateway, assertInvariants, bearer, TEST_MODELS } from './helpers/gateway.mjs';
+import { startGateway, assertInvariants, bearer, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
 
 /** $0.006 per minute = 100 nanodollars a millisecond; sim speaks 60 ms a character. */
 const PER_MS = 100n;
@@ -22,8 +22,6 @@ const UPSTREAMS = {
 };
 const stt = (id, upstream) => ({ id, upstream, upstream_model: 'whisper-1', kind: 'stt', audio_in_per_minute: '0.006' });
 const MODELS = [...TEST_MODELS, stt('lean-stt', 'lean'), stt('untold-stt', 'untold'), stt('plain-stt', 'plain')];
-
-const balanceNano = async (gw, account) => BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
 
 async function expectSpent(gw, account, before, spent) {
   let now = await balanceNano(gw, account);

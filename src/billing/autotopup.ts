@@ -1,5 +1,5 @@
 // Auto top-up: on a balance event under the threshold, claim one charge per dip, charge the saved card off-session, settle by webhook.
-import { credit } from '../ops.js';
+import { credit } from '../ledger/credit.js';
 import type { Nanodollars } from '../money.js';
 import { log } from '../observe/log.js';
 import type { Billing } from './core.js';

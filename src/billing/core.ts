@@ -25,7 +25,7 @@ export interface Payments {
 /** 422 naming `param`; `message` is shown as is when it is a sentence of its own (the console prints it). */
 export function invalidField(param: string, msg: string, message = `Invalid request body: ${param}: ${msg}.`): GatewayError {
   const detail: ValidationDetail[] = [{ loc: ['body', param], msg, type: 'value_error' }];
-  return new GatewayError({ status: 422, code: 'validation_error', param, message, detail });
+  return new GatewayError({ code: 'validation_error', param, message, detail });
 }
 
 /** A dollar amount from `min` to `max` in whole cents; 422 naming `param` otherwise. */
@@ -63,7 +63,7 @@ async function via<T>(what: string, call: () => Promise<T>): Promise<T> {
     if (e instanceof GatewayError) throw e;
     lastProviderCall.ok = false; lastProviderCall.at = Date.now();
     log('error', `payment provider failed to ${what}`, { error: String((e as Error)?.message ?? e) });
-    throw new GatewayError({ status: 502, code: 'payment_provider_error', retryable: true,
+    throw new GatewayError({ code: 'payment_provider_error', retryable: true,
       message: `The payment provider could not ${what} right now; try again.` });
   }
 }

@@ -1,5 +1,5 @@
 // Webhook fulfilment: verify, skip events already handled, then credit checkouts, save cards and settle auto top-ups.
-import { credit } from '../ops.js';
+import { credit } from '../ledger/credit.js';
 import { accountById } from '../store/accounts.js';
 import type { Nanodollars } from '../money.js';
 import { log } from '../observe/log.js';

@@ -109,5 +109,5 @@ export class SandboxProvider implements Provider {
 }
 
 export function sandboxOnly(): GatewayError {
-  return new GatewayError({ status: 404, code: 'not_found', message: 'No such sandbox checkout session.' });
+  return new GatewayError({ code: 'not_found', message: 'No such sandbox checkout session.' });
 }

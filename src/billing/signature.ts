@@ -15,11 +15,11 @@ export function signatureHeader(payload: string | Buffer, secret: string, t = Ma
 }
 
 export function badSignature(message: string): GatewayError {
-  return new GatewayError({ status: 400, code: 'invalid_signature', message: `Webhook signature verification failed: ${message}` });
+  return new GatewayError({ code: 'invalid_signature', message: `Webhook signature verification failed: ${message}` });
 }
 
 export function invalidEvent(message: string): GatewayError {
-  return new GatewayError({ status: 400, code: 'invalid_event', message: `The webhook event is malformed: ${message}` });
+  return new GatewayError({ code: 'invalid_event', message: `The webhook event is malformed: ${message}` });
 }
 
 /**

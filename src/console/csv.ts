@@ -1,7 +1,7 @@
 // CSV per RFC 4180: fields with a comma, quote or line break are quoted and quotes doubled; text that a
 // spreadsheet would run as a formula is defused with a leading apostrophe.
 import { nanoToDecimal } from '../money.js';
-import type { LedgerRow } from './store.js';
+import type { LedgerRow } from '../store/console.js';
 
 export function csvField(v: string | number | bigint | null | undefined, text = true): string {
   if (v === null || v === undefined) return '';

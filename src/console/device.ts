@@ -4,7 +4,7 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Services } from '../services.js';
 import type { Ctx } from '../server/context.js';
 import { cookies, setCookie } from './http.js';
-import { sharedSecret } from './store.js';
+import { sharedSecret } from '../store/console.js';
 
 export const DEVICE_COOKIE = 'tg_device';
 const DEVICE_TTL_SEC = 180 * 24 * 3600;

@@ -2,7 +2,7 @@
 import { html, type Html } from './html.js';
 import { ASSETS } from './assets.js';
 import { usd } from './format.js';
-import type { Session } from './store.js';
+import type { Session } from '../store/console.js';
 
 export type Section = 'keys' | 'usage' | 'billing' | 'account';
 

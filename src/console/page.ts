@@ -4,7 +4,7 @@ import type { Ctx } from '../server/context.js';
 import type { Html } from './html.js';
 import { appPage, type Section } from './layout.js';
 import { redirect, sendHtml } from './http.js';
-import type { Session } from './store.js';
+import type { Session } from '../store/console.js';
 
 export interface Req {
   s: Services;

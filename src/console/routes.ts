@@ -9,7 +9,7 @@ import { appPage, barePage } from './layout.js';
 import { parseForm, query, redirect, sendHtml, toConsoleError } from './http.js';
 import { checkCsrf, currentSession } from './session.js';
 import { ASSETS, type Asset } from './assets.js';
-import type { Session } from './store.js';
+import type { Session } from '../store/console.js';
 import type { Req } from './page.js';
 import { login, logout, showLogin, showSignup, signup } from './pages/auth.js';
 import { createKeyAction, editKeyAction, editKeyPage, keysPage, revokeKeyAction, revokeKeyPage } from './pages/keys.js';

@@ -3,7 +3,7 @@ import { timingSafeEqual } from 'node:crypto';
 import type { Services } from '../services.js';
 import type { Ctx } from '../server/context.js';
 import { ConsoleError, cookies, setCookie } from './http.js';
-import { newToken, sessionByToken, SESSION_TTL_MS, type Session } from './store.js';
+import { newToken, sessionByToken, SESSION_TTL_MS, type Session } from '../store/console.js';
 
 export const SESSION_COOKIE = 'tg_session';
 export const PRE_COOKIE = 'tg_pre';

@@ -3,7 +3,7 @@
 import { isIPv6 } from 'node:net';
 import type { Services } from '../services.js';
 import { ConsoleError } from './http.js';
-import { hitBucket, refundBucket } from './store.js';
+import { hitBucket, refundBucket } from '../store/console.js';
 
 export type ThrottleKind = 'login' | 'signup' | 'password';
 

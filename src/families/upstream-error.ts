@@ -20,9 +20,9 @@ export async function openAiUpstreamError(res: http.IncomingMessage, requestId: 
   if (status === 400 || status === 422) {
     const message = said.message ?? 'The model host rejected the request.';
     if (said.type === 'exceed_context_size_error' || said.code === 'context_length_exceeded') {
-      return new GatewayError({ status: 400, code: 'context_length_exceeded', type: 'invalid_request_error', param: said.param, message });
+      return new GatewayError({ code: 'context_length_exceeded', param: said.param, message });
     }
-    return new GatewayError({ status: 400, code: 'upstream_invalid_request', param: said.param, message });
+    return new GatewayError({ code: 'upstream_invalid_request', param: said.param, message });
   }
   return upstreamFailed(status);
 }

@@ -39,21 +39,21 @@ const JSON_TYPE = /^application\/([a-z0-9.+-]+\+)?json\s*(;|$)/i;
  */
 export function parseJson<T extends TSchema>(check: TypeCheck<T>, body: Buffer | null, contentType: string | undefined): Static<T> {
   if (!contentType || !JSON_TYPE.test(contentType)) {
-    throw new GatewayError({ status: 415, code: 'unsupported_media_type', message: contentType
+    throw new GatewayError({ code: 'unsupported_media_type', message: contentType
       ? `This route takes a JSON body: send \`Content-Type: application/json\` (got \`${shown(contentType)}\`).`
       : 'This route takes a JSON body: send `Content-Type: application/json` (the request had no Content-Type).' });
   }
   if (body && !isUtf8(body)) {
-    throw new GatewayError({ status: 400, code: 'invalid_encoding', message: 'The request body is not valid UTF-8: JSON bodies must be UTF-8 text.' });
+    throw new GatewayError({ code: 'invalid_encoding', message: 'The request body is not valid UTF-8: JSON bodies must be UTF-8 text.' });
   }
   if (body && jsonDepth(body) > MAX_JSON_DEPTH) {
-    throw new GatewayError({ status: 400, code: 'invalid_json', message: `The request body nests objects or arrays deeper than ${MAX_JSON_DEPTH} levels.` });
+    throw new GatewayError({ code: 'invalid_json', message: `The request body nests objects or arrays deeper than ${MAX_JSON_DEPTH} levels.` });
   }
   let value: unknown;
   try {
     value = JSON.parse(body && body.length > 0 ? body.toString('utf8') : '');
   } catch {
-    throw new GatewayError({ status: 400, code: 'invalid_json', message: 'The request body is not valid JSON.' });
+    throw new GatewayError({ code: 'invalid_json', message: 'The request body is not valid JSON.' });
   }
   if (check.Check(value)) return value;
   const detail: ValidationDetail[] = [];
@@ -66,7 +66,7 @@ export function parseJson<T extends TSchema>(check: TypeCheck<T>, body: Buffer |
   }
   const first = detail[0];
   throw new GatewayError({
-    status: 422, code: 'validation_error', param: first && first.loc.length > 1 ? paramOf(first.loc.slice(1)) : null,
+    code: 'validation_error', param: first && first.loc.length > 1 ? paramOf(first.loc.slice(1)) : null,
     message: first ? first.msg : 'Invalid request body.',
     detail,
   });
@@ -86,7 +86,7 @@ export function atMostOutput(req: Record<string, unknown>, fields: readonly stri
   for (const f of fields) {
     const v = req[f];
     if (typeof v === 'number' && v > model.maxOutputTokens) {
-      throw new GatewayError({ status: 400, code: 'invalid_value', param: f,
+      throw new GatewayError({ code: 'invalid_value', param: f,
         message: `\`${f}\` is too large: ${v}. The model \`${model.id}\` produces at most ${model.maxOutputTokens} output tokens per request; ask for ${model.maxOutputTokens} or fewer.` });
     }
   }
@@ -101,7 +101,7 @@ export function rejectAsked(req: Record<string, unknown>, params: readonly strin
 }
 
 export function unsupported(param: string, why = ''): GatewayError {
-  return new GatewayError({ status: 400, code: 'unsupported_parameter', param,
+  return new GatewayError({ code: 'unsupported_parameter', param,
     message: `Unsupported parameter: '${param}' is not supported by this service${why ? `: ${why}` : ''}.` });
 }
 
@@ -111,7 +111,7 @@ export const METADATA_LIMITS = { pairs: 16, keyChars: 64, valueChars: 512 } as c
 const chars = (s: string): number => (s.length <= 512 ? [...s].length : s.length);
 
 function badMetadata(param: string, why: string): GatewayError {
-  return new GatewayError({ status: 400, code: 'invalid_value', param,
+  return new GatewayError({ code: 'invalid_value', param,
     message: `\`${param}\` ${why}: it holds at most ${METADATA_LIMITS.pairs} pairs, keys of at most ${METADATA_LIMITS.keyChars} characters and string values of at most ${METADATA_LIMITS.valueChars}.` });
 }
 

@@ -80,13 +80,11 @@ function moneyRefused(key: KeyRecord, r: MoneyRefusal, needed: bigint): GatewayE
   const short = r.available > 0n;
   const figures = `This request needs up to $${nanoToDecimal(needed)} (${needed} nd); $${nanoToDecimal(r.available)} (${r.available} nd) is available`;
   if (r.reason === 'insufficient_balance') {
-    return new GatewayError({ status: 402, code: 'insufficient_balance', type: 'insufficient_quota',
-      message: short
+    return new GatewayError({ code: 'insufficient_balance', message: short
         ? `${figures} (the balance less requests in flight). Top up, or ask for less (fewer max_tokens, shorter text).`
         : 'Your prepaid balance is used up (or fully held by requests in flight). Top up to continue.' });
   }
-  return new GatewayError({ status: 402, code: 'key_spend_limit_reached', type: 'insufficient_quota',
-    message: short
+  return new GatewayError({ code: 'key_spend_limit_reached', message: short
       ? `${figures} under the ${key.spendLimitPeriod} spend limit of key ${key.prefix}.... Raise the ceiling or use another key, or ask for less.`
       : `The ${key.spendLimitPeriod} spend limit of key ${key.prefix}... is reached. Raise the ceiling or use another key.` });
 }
@@ -167,11 +165,11 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       case 'key_spend_limit_reached':
         throw moneyRefused(key, out, amount);
       case 'rate_limit_exceeded':
-        throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
+        throw new GatewayError({ code: 'rate_limit_exceeded', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${rpm}. Please try again in ${goDuration(out.retryMs)}.`,
           headers: { ...rateHeaders(rpm, 0, out.resetMs), ...retryHeaders(out.retryMs) } });
       case 'concurrency_limit_exceeded':
-        throw new GatewayError({ status: 429, code: 'concurrency_limit_exceeded', type: 'requests', retryable: true,
+        throw new GatewayError({ code: 'concurrency_limit_exceeded', retryable: true,
           message: `Key ${key.prefix}... already has ${out.inFlight} requests in flight, its limit is ${concurrency}. Retry when one finishes.`,
           // The refused request took no token: the request budget is reported as it stands.
           headers: { ...rateHeaders(rpm, out.remaining, out.resetMs), ...retryHeaders(1000) } });
@@ -235,11 +233,11 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       if (r.ok) { held += more; return; }
       d.metrics.rejection(r.reason);
       if (r.reason === 'rate_limit_exceeded') {
-        throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: 'requests', retryable: true,
+        throw new GatewayError({ code: 'rate_limit_exceeded', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${nowRpm}. Please try again in ${goDuration(r.retryMs)}.`,
           headers: retryHeaders(r.retryMs) });
       }
-      if (r.reason === 'missing') throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This session lost its hold; reconnect.' });
+      if (r.reason === 'missing') throw new GatewayError({ code: 'shutting_down', retryable: true, message: 'This session lost its hold; reconnect.' });
       throw moneyRefused(now, r, more);
     },
   };

@@ -9,7 +9,7 @@ type Headers = Record<string, string>;
 export const REALTIME_SECRET_PREFIX = 'ek_';
 
 export function invalidKey(message: string): GatewayError {
-  return new GatewayError({ status: 401, code: 'invalid_api_key', type: 'invalid_request_error', message });
+  return new GatewayError({ code: 'invalid_api_key', message });
 }
 
 /**
@@ -59,8 +59,7 @@ export async function authenticateKey(cache: StateCache, key: string): Promise<K
 export function requireScope(key: KeyRecord, scope: Scope): void {
   if (!key.scopes.includes(scope)) {
     throw new GatewayError({
-      status: 403, code: 'insufficient_scope', type: 'permission_error',
-      message: `This key lacks the \`${scope}\` scope needed for this route. Create a key with the \`${scope}\` scope.`,
+      code: 'insufficient_scope', message: `This key lacks the \`${scope}\` scope needed for this route. Create a key with the \`${scope}\` scope.`,
     });
   }
 }

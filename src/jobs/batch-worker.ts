@@ -1,27 +1,32 @@
 // The batch worker: validates input files, runs lines through the live exchange with a collecting Downstream, closes batches.
 import { hostname } from 'node:os';
-import type { Services } from '../services.js';
+import type { Config } from '../config.js';
+import type { Db } from '../store/db.js';
 import type { Downstream } from '../exchange/relay-http.js';
-import type { ExchangeClient } from '../families/alpha/metered.js';
-import { GatewayError } from '../errors.js';
+import type { BatchEndpoints, ExchangeClient } from '../exchange/client.js';
+import { GatewayError, invalidValue, unsupportedParameter } from '../errors.js';
 import { base62 } from '../store/ids.js';
 import { fileLines, getFile, storeFile, deleteFile } from '../store/files.js';
 import {
-  batchKey, claimClosing, claimLines, claimValidation, clearLines, closeBatch, closeLines, deferLine, failBatch, finishLine,
+  batchKey, claimClosing, doneCounts, claimLines, claimValidation, clearLines, closeBatch, closeLines, deferLine, failBatch, finishLine,
   insertLines, lineOutputs, releaseBatch, renewBatch, renewLines, startBatch,
   type BatchError, type BatchRow, type Closing, type LineWork, type NewLine,
 } from '../store/batches.js';
 import type { KeyRecord } from '../store/keys.js';
 import { log } from '../observe/log.js';
 
-/** Runs one request of an endpoint (the same function the live route runs). */
-export type LineRunner = (s: Services, client: ExchangeClient, body: Buffer) => Promise<void>;
+/** Moved to exchange/client.ts (a family builds them, and families do not import jobs); re-exported here. */
+export type { BatchEndpoints, LineRunner } from '../exchange/client.js';
 
-export interface BatchEndpoints {
-  /** By endpoint (`/v1/chat/completions`): the runner and the route name its ledger entries carry. */
-  runners: Map<string, { run: LineRunner; name: string }>;
-  /** The family's error envelope, for the body of an error line. */
-  render(err: GatewayError, requestId: string): string;
+/** What the batch worker uses, and nothing more (never the whole Services). */
+export interface BatchWorkerDeps {
+  db: Db;
+  /** Concurrency, poll interval and lease length. */
+  batches: Config['batches'];
+  /** The longest input line: the largest request body. */
+  maxLineBytes: number;
+  /** The Tollgate model id a name (or alias) stands for, if any. */
+  modelId(name: string): string | undefined;
 }
 
 /** OpenAI's limit on requests in one batch. */
@@ -48,9 +53,9 @@ export class BatchWorker {
   private stopped = true;
   private readonly work = new Set<Promise<void>>();
 
-  constructor(private readonly s: Services, private readonly endpoints: BatchEndpoints) {}
+  constructor(private readonly s: BatchWorkerDeps, private readonly endpoints: BatchEndpoints) {}
 
-  private get cfg() { return this.s.config.batches; }
+  private get cfg() { return this.s.batches; }
 
   start(): void {
     if (this.cfg.concurrency === 0) return;
@@ -132,7 +137,7 @@ export class BatchWorker {
         await failBatch(this.s.db, b.id, this.owner, [{ code: 'invalid_file', message: `The input file ${b.inputFileId} no longer exists.`, param: 'input_file_id', line: null }]);
         return;
       }
-      const maxLine = this.s.config.limits.maxBodyBytes;
+      const maxLine = this.s.maxLineBytes;
       const seen = new Set<string>();
       let group: NewLine[] = [];
       let lineNo = 0;
@@ -147,7 +152,7 @@ export class BatchWorker {
         const line = parseLine(raw, lineNo, b.endpoint, seen, err);
         if (!line) continue;
         // The batch names its model as its lines' replies do: by the Tollgate id an alias stands for.
-        model ??= line.model === null ? null : this.s.models.find(line.model)?.id ?? line.model;
+        model ??= line.model === null ? null : this.s.modelId(line.model) ?? line.model;
         if (errors.length > 0) continue;
         group.push({ lineNo, customId: line.customId, body: line.body });
         if (group.length >= INSERT_GROUP) { await insertLines(this.s.db, b.id, group); group = []; }
@@ -192,19 +197,19 @@ export class BatchWorker {
     let res;
     try {
       const key = await this.key(l.keyId);
-      if (!ep) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'url', message: `${l.endpoint} is not served in batches.` });
-      if (!key || key.revokedAt) throw new GatewayError({ status: 401, code: 'invalid_api_key', message: 'The key this batch was created with has been revoked.' });
+      if (!ep) throw invalidValue('url', `${l.endpoint} is not served in batches.`);
+      if (!key || key.revokedAt) throw new GatewayError({ code: 'invalid_api_key', message: 'The key this batch was created with has been revoked.' });
       const body = Buffer.from(l.body);
       if ((JSON.parse(l.body) as { stream?: unknown }).stream === true) {
-        throw new GatewayError({ status: 400, code: 'unsupported_parameter', param: 'stream', message: 'A batch request cannot stream: its reply is written to the output file. Remove `stream`.' });
+        throw unsupportedParameter('stream', 'A batch request cannot stream: its reply is written to the output file. Remove `stream`.');
       }
       const client: ExchangeClient = Object.assign(down, {
         key, requestId, routeName: `batch.${ep.name}`, headers: { 'content-type': 'application/json' },
         debit: { id: `batch:${l.batchId}:${l.customId}`, nonce: l.nonce, batch: true },
       });
-      await ep.run(this.s, client, body);
+      await ep.run(client, body);
       if (down.status === 200 && down.complete) res = result(200, down.text(), true);
-      else res = failure(new GatewayError({ status: 502, code: 'upstream_malformed_response', type: 'server_error', message: 'The upstream reply was cut short.' }));
+      else res = failure(new GatewayError({ code: 'upstream_malformed_response', message: 'The upstream reply was cut short.' }));
     } catch (e) {
       const ge = e instanceof GatewayError ? e : null;
       // A line larger than a usage limit of its key (429 marked not to retry) fails: waiting would never let it through.
@@ -215,7 +220,7 @@ export class BatchWorker {
         return;
       }
       if (!ge) log('error', 'batch line failed', { batch: l.batchId, line: l.lineNo, error: String((e as Error)?.stack ?? e) });
-      res = failure(ge ?? new GatewayError({ status: 500, code: 'internal_error', type: 'server_error', message: 'The request failed inside the gateway.' }));
+      res = failure(ge ?? new GatewayError({ code: 'internal_error', message: 'The request failed inside the gateway.' }));
     }
     await finishLine(this.s.db, l.batchId, l.lineNo, res);
   }
@@ -231,8 +236,7 @@ export class BatchWorker {
           kind === 'cancel' ? 'The batch was cancelled before this request ran.' : 'The batch expired before this request ran.');
         if (left > 0) { await releaseBatch(this.s.db, b.id, this.owner); return; }
       }
-      const counts = await this.s.db.query("SELECT count(*) FILTER (WHERE ok)::int AS ok, count(*) FILTER (WHERE NOT ok)::int AS bad FROM batch_lines WHERE batch_id = $1 AND state = 'done'", [b.id]);
-      const { ok, bad } = counts.rows[0] as { ok: number; bad: number };
+      const { ok, bad } = await doneCounts(this.s.db, b.id);
       // `output_expires_after` (checked when the batch was created): from the file's creation, as OpenAI anchors it.
       const after = (b.row.extra as { output_expires_after?: { seconds?: number } } | null)?.output_expires_after?.seconds;
       const expiresAt = (): Date | null => (typeof after === 'number' ? new Date(Date.now() + after * 1000) : null);

@@ -1,21 +1,8 @@
 // Prices usage in every unit (tokens, characters, audio time) from a model's unit prices, rounding up once.
-import { nd, type Nanodollars } from '../money.js';
+import { nd, type Nanodollars, type UnitPrices } from '../money.js';
 
-/** A model's prices in nanodollars per unit: per 1M tokens, per 1M characters, per minute of audio. */
-export interface UnitPrices {
-  inputPerMTok: bigint;
-  outputPerMTok: bigint;
-  perMChar: bigint;
-  audioInPerMinute: bigint;
-  audioOutPerMinute: bigint;
-  /**
-   * Audio and cached tokens as a realtime upstream reports them (per 1M tokens; absent: zero). Only
-   * a realtime pass-through's usage has such tokens; its config fills all three.
-   */
-  audioInputPerMTok?: bigint;
-  audioOutputPerMTok?: bigint;
-  cachedInputPerMTok?: bigint;
-}
+/** Defined beside the money (the config reads prices, and the config sits below the ledger); re-exported for the ledger's callers. */
+export type { UnitPrices } from '../money.js';
 
 /** What a price applies to (the exchange's Usage has these fields). */
 export interface Units {

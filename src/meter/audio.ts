@@ -32,7 +32,7 @@ export interface MeasureOptions {
 export const COUNTED_FORMATS = 'WAV (PCM, float, G.711), MP3, AAC in ADTS, FLAC or Ogg Opus';
 
 export function invalidAudio(message: string, param = 'file'): GatewayError {
-  return new GatewayError({ status: 400, code: 'invalid_audio', param, message });
+  return new GatewayError({ code: 'invalid_audio', param, message });
 }
 
 /** Bytes a frame walk may leave unplaced and still be believed (a truncated last frame, stray bytes); beyond that the file is decoded. */

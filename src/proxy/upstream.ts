@@ -199,23 +199,23 @@ function notOnElevenLabs(name: string): GatewayError {
 }
 
 export function upstreamTimeout(ms: number): GatewayError {
-  return new GatewayError({ status: 504, code: 'upstream_timeout', type: 'server_error', retryable: true,
+  return new GatewayError({ code: 'upstream_timeout', retryable: true,
     message: `The model host did not answer within ${ms} ms. Nothing was billed.` });
 }
 
 export function upstreamUnavailable(err: Error): GatewayError {
   const code = (err as { code?: string }).code;
-  return new GatewayError({ status: 502, code: 'upstream_unavailable', type: 'server_error', retryable: true,
+  return new GatewayError({ code: 'upstream_unavailable', retryable: true,
     message: `The model host could not be reached${code ? ` (${code})` : ''}. Nothing was billed.` });
 }
 
 export function upstreamFailed(status: number): GatewayError {
-  return new GatewayError({ status: 502, code: 'upstream_error', type: 'server_error', retryable: status >= 500,
+  return new GatewayError({ code: 'upstream_error', retryable: status >= 500,
     message: `The model host failed (status ${status}). Nothing was billed.` });
 }
 
 export function upstreamMalformed(): GatewayError {
-  return new GatewayError({ status: 502, code: 'upstream_malformed_response', type: 'server_error', retryable: true,
+  return new GatewayError({ code: 'upstream_malformed_response', retryable: true,
     message: 'The model host sent a response that could not be read. Nothing was billed.' });
 }
 

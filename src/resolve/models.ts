@@ -31,7 +31,7 @@ export class ModelRegistry {
     const hint = near ? ` Did you mean \`${near}\`?` : '';
     const what = m ? ` is not a ${kinds!.join(' or ')} model.` : ' does not exist.';
     throw new GatewayError({
-      status: 404, code: 'model_not_found', param: 'model',
+      code: 'model_not_found', param: 'model',
       message: `The model \`${shown(name)}\`${what}${hint}`,
     });
   }

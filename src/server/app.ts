@@ -1,6 +1,6 @@
 // The gateway behind a front end (uWS or node:http, io.ts): serves the mounted routes, authenticates keys, admits unbilled requests, and drains on shutdown.
 import type { Config } from '../config.js';
-import { GatewayError, internalError, limitsUnavailable, notFound, storeUnavailable, type ErrorRenderer } from '../errors.js';
+import { CLOSE, GatewayError, internalError, limitsUnavailable, notFound, storeUnavailable, type ErrorRenderer } from '../errors.js';
 import type { StateCache } from '../gate/cache.js';
 import { authenticate, authenticateKey, invalidKey, requireScope } from '../gate/auth.js';
 import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
@@ -79,7 +79,7 @@ export class Gateway implements FrontEndHost {
 
   message(session: Session, data: Buffer, isBinary: boolean): void {
     if (data.byteLength > session.route.maxMessageBytes) {
-      session.close(1009, `a message may have at most ${session.route.maxMessageBytes} bytes`);
+      session.close(CLOSE.TOO_BIG, `a message may have at most ${session.route.maxMessageBytes} bytes`);
       return;
     }
     session.enqueue(data, isBinary);
@@ -141,9 +141,9 @@ export class Gateway implements FrontEndHost {
       if ('route' in m) { t.attrs['http.route'] = m.route.path; t.attrs['gen_ai.operation.name'] = operationOf(m.route.name); }
     }
     try {
-      if (this.draining) throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This instance is shutting down; retry.' });
+      if (this.draining) throw new GatewayError({ code: 'shutting_down', retryable: true, message: 'This instance is shutting down; retry.' });
       if (ctx.headerBytes > MAX_HEADER_BYTES) {
-        throw new GatewayError({ status: 431, code: 'headers_too_large', message: `The request's headers are larger than ${MAX_HEADER_BYTES} bytes.` });
+        throw new GatewayError({ code: 'headers_too_large', message: `The request's headers are larger than ${MAX_HEADER_BYTES} bytes.` });
       }
       if ('allowed' in m) throw methodNotAllowed(ctx.method, m.allowed);
       if (!('route' in m)) throw notFound(ctx.path);
@@ -230,8 +230,8 @@ export class Gateway implements FrontEndHost {
     void (async () => {
       const session = new Session(route);
       try {
-        if (this.draining) throw new GatewayError({ status: 503, code: 'shutting_down', type: 'server_error', retryable: true, message: 'This instance is shutting down; retry.' });
-        if (headerBytes > MAX_HEADER_BYTES) throw new GatewayError({ status: 431, code: 'headers_too_large', message: `The request's headers are larger than ${MAX_HEADER_BYTES} bytes.` });
+        if (this.draining) throw new GatewayError({ code: 'shutting_down', retryable: true, message: 'This instance is shutting down; retry.' });
+        if (headerBytes > MAX_HEADER_BYTES) throw new GatewayError({ code: 'headers_too_large', message: `The request's headers are larger than ${MAX_HEADER_BYTES} bytes.` });
         const presented = upgradeKey(route, up);
         let key: KeyRecord | null = null;
         if (presented !== null) key = (await route.authenticate?.(presented)) ?? await authenticateKey(this.s.cache, presented);

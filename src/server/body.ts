@@ -5,7 +5,7 @@ import type { Ctx } from './context.js';
 import { keepChunk } from './io.js';
 
 export function tooLarge(limit: number): GatewayError {
-  return new GatewayError({ status: 413, code: 'request_too_large', message: `The request body is larger than this route's limit of ${limit} bytes.` });
+  return new GatewayError({ code: 'request_too_large', message: `The request body is larger than this route's limit of ${limit} bytes.` });
 }
 
 /** Must be called synchronously in the uWS handler: uWS hands body chunks over only once. */

@@ -42,11 +42,11 @@ export interface Multipart {
 }
 
 export function invalidMultipart(message: string): GatewayError {
-  return new GatewayError({ status: 400, code: 'invalid_multipart', message });
+  return new GatewayError({ code: 'invalid_multipart', message });
 }
 
 function fileTooLarge(field: string, limit: number): GatewayError {
-  return new GatewayError({ status: 413, code: 'request_too_large', param: field,
+  return new GatewayError({ code: 'request_too_large', param: field,
     message: `The file in "${field}" is larger than this route's limit of ${limit} bytes.` });
 }
 
@@ -57,7 +57,7 @@ function fileTooLarge(field: string, limit: number): GatewayError {
  */
 export function readMultipart(input: Readable | Buffer, contentType: string | undefined, opts: MultipartOptions): Promise<Multipart> {
   if (!contentType || !/^multipart\/form-data\s*(;|$)/i.test(contentType)) {
-    return Promise.reject(new GatewayError({ status: 415, code: 'unsupported_media_type',
+    return Promise.reject(new GatewayError({ code: 'unsupported_media_type',
       message: `This route takes a multipart/form-data body, not ${contentType ? `"${contentType.slice(0, 64)}"` : 'a body without Content-Type'}.` }));
   }
   return new Promise((resolve, reject) => {

@@ -115,6 +115,6 @@ function matchParts(parts: string[], segs: string[]): Record<string, string> | n
 }
 
 export function methodNotAllowed(method: string, allowed: string[]): GatewayError {
-  return new GatewayError({ status: 405, code: 'method_not_allowed', message: `${method} is not allowed here; use ${allowed.join(' or ')}.`,
+  return new GatewayError({ code: 'method_not_allowed', message: `${method} is not allowed here; use ${allowed.join(' or ')}.`,
     headers: { allow: allowed.join(', ') } });
 }

@@ -1,5 +1,5 @@
 // WebSocket routes (on either front end, through io.ts): the upgrade authenticates and admits (a refusal is an HTTP error in the family's envelope), then a Session carries the socket.
-import { GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
+import { CLOSE, GatewayError, statusLine, type ErrorRenderer } from '../errors.js';
 import type { KeyRecord, Scope } from '../store/keys.js';
 import { newId } from '../store/ids.js';
 import { log } from '../observe/log.js';
@@ -109,7 +109,7 @@ export class Session implements SessionSocket {
         await this.handler.message(data, isBinary);
       } catch (e) {
         log('error', 'session message handler failed', { session: this.id, route: this.route.name, error: String((e as Error)?.stack ?? e) });
-        this.close(1011, 'internal error');
+        this.close(CLOSE.INTERNAL, 'internal error');
       }
     });
   }

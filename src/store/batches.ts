@@ -234,6 +234,12 @@ export async function closeLines(db: Queryable, batchId: string, code: string, m
 }
 
 /** The output lines of a batch (successes or errors), in line order, a page at a time. */
+/** A batch's finished lines: how many succeeded, how many failed. */
+export async function doneCounts(db: Queryable, batchId: string): Promise<{ ok: number; bad: number }> {
+  const res = await db.query("SELECT count(*) FILTER (WHERE ok)::int AS ok, count(*) FILTER (WHERE NOT ok)::int AS bad FROM batch_lines WHERE batch_id = $1 AND state = 'done'", [batchId]);
+  return res.rows[0] as { ok: number; bad: number };
+}
+
 export async function* lineOutputs(db: Queryable, batchId: string, ok: boolean): AsyncGenerator<string> {
   let after = -1;
   for (;;) {

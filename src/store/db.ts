@@ -96,3 +96,8 @@ export async function openPglite(dataDir: string): Promise<Db> {
   await migrate(db);
   return db;
 }
+
+/** A round trip to the database (`SELECT 1`): the health probe's check that PostgreSQL answers. */
+export async function ping(db: Queryable): Promise<void> {
+  await db.query('SELECT 1');
+}

@@ -199,6 +199,11 @@ export function dollarsToNano(d) {
   return BigInt(w) * 1_000_000_000n + BigInt(f.padEnd(9, '0').slice(0, 9));
 }
 
+/** An account's balance in nanodollars, from the operator CLI's `account show`. */
+export async function balanceNano(gw, account) {
+  return BigInt(Math.round((await gw.cli('account', 'show', account)).balance * 1e9));
+}
+
 /** After a test: balance equals the ledger's sum and no holds are left open. */
 export async function assertInvariants(assert, gw, accountId) {
   const show = await gw.cli('account', 'show', accountId);

@@ -4,9 +4,12 @@ import WebSocket from 'ws';
 /**
  * Resolves once open with { ws, frames, closed, until, send }, or with { refused: { status, body } }.
  * `until(pred, from)` resolves with the first frame (from index `from`) that satisfies `pred`; it
- * throws once the socket closed without one, or after `waitMs`.
+ * throws once the socket closed without one, or after `waitMs`. `events` is `frames` by the name the
+ * realtime tests use. The second argument is the options, or (as the beta socket tests pass it) the headers alone.
  */
-export function connect(url, { headers = {}, protocols, waitMs = 30_000 } = {}) {
+export function connect(url, options = {}) {
+  const isOptions = ['headers', 'protocols', 'waitMs'].some((k) => k in options);
+  const { headers = {}, protocols, waitMs = 30_000 } = isOptions ? options : { headers: options };
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, protocols, { headers });
     const frames = [];
@@ -25,7 +28,7 @@ export function connect(url, { headers = {}, protocols, waitMs = 30_000 } = {}) 
         await new Promise((r) => { waiters.push(r); setTimeout(r, 500); });
       }
     };
-    ws.on('open', () => resolve({ ws, frames, closed, until, send: (e) => ws.send(JSON.stringify(e)) }));
+    ws.on('open', () => resolve({ ws, frames, events: frames, closed, until, send: (e) => ws.send(JSON.stringify(e)) }));
     ws.on('unexpected-response', (_req, res) => {
       let body = '';
       res.on('data', (c) => { body += c; });

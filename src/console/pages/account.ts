@@ -5,7 +5,7 @@ import { csrfField, notice } from '../layout.js';
 import { redirect } from '../http.js';
 import { MAX_PASSWORD, MIN_PASSWORD, PASSWORD_HINT, passwordProblem } from '../password.js';
 import { clearSessionCookie, sessionCookie } from '../session.js';
-import { activeSessions, changePassword, deleteSessionsOf, hasPassword } from '../store.js';
+import { activeSessions, changePassword, deleteSessionsOf, hasPassword } from '../../store/console.js';
 import { admit } from '../throttle.js';
 import { show, type Req } from '../page.js';
 

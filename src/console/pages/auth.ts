@@ -6,7 +6,7 @@ import { barePage, csrfField, notice } from '../layout.js';
 import { parseForm, query, redirect, sendHtml } from '../http.js';
 import { burnVerify, hashPassword, verifyPassword } from '../hash.js';
 import { MAX_PASSWORD, MIN_PASSWORD, PASSWORD_HINT, passwordProblem } from '../password.js';
-import { createSession, createUser, deleteSession, EmailTaken, hasPassword, userByEmail, type ConsoleUser, type Session } from '../store.js';
+import { createSession, createUser, deleteSession, EmailTaken, hasPassword, userByEmail, type ConsoleUser, type Session } from '../../store/console.js';
 import { checkPreCsrf, clearSessionCookie, preToken, safeNext, sessionCookie } from '../session.js';
 import { addressBucket, admit } from '../throttle.js';
 import { deviceCookie, knownDevice } from '../device.js';

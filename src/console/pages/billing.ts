@@ -7,7 +7,8 @@ import { csrfField, notice } from '../layout.js';
 import { baseUrl } from '../http.js';
 import { usd, utc } from '../format.js';
 import { LEDGER_HEADER, ledgerCsvRow } from '../csv.js';
-import { entriesAfter, latestEntries, type LedgerRow } from '../store.js';
+import { entriesAfter, latestEntries, type LedgerRow } from '../../store/console.js';
+import { clearedCredits } from '../../store/ledger-reads.js';
 import { seeOther, show, type Req } from '../page.js';
 
 const MIN_TOPUP = 5n * 1_000_000_000n;
@@ -33,11 +34,7 @@ interface Form { topup?: string; topupError?: string; autoError?: string; auto?:
 
 /** Credits whose idempotency key names this Checkout session: the payment has cleared. */
 async function clearedAmount(r: Req, sessionId: string): Promise<bigint | null> {
-  const res = await r.s.db.query(
-    `SELECT coalesce(sum(amount_nd), 0)::bigint AS total, count(*)::int AS n FROM ledger
-      WHERE account_id = $1 AND kind = 'credit' AND strpos(idem_key, $2) > 0`, [r.session.user.accountId, sessionId]);
-  const row = res.rows[0]!;
-  return (row.n as number) > 0 ? (row.total as bigint) : null;
+  return clearedCredits(r.s.db, r.session.user.accountId, sessionId);
 }
 
 function paidNotice(sessionId: string, cleared: bigint | null): Html {

@@ -5,7 +5,7 @@ import { html } from '../html.js';
 import { barePage, csrfField } from '../layout.js';
 import { ConsoleError, parseForm, redirect, sendHtml } from '../http.js';
 import { checkPreCsrf, preToken, sessionCookie } from '../session.js';
-import { createSession, signinLinkUser } from '../store.js';
+import { createSession, signinLinkUser } from '../../store/console.js';
 import { deviceCookie } from '../device.js';
 
 const TOKEN_RE = /^[A-Za-z0-9_-]{43}$/;

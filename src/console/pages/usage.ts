@@ -3,7 +3,7 @@ import { keysOfAccount } from '../../store/keys.js';
 import { html, type Html } from '../html.js';
 import { count, usd, utc } from '../format.js';
 import { legend, stackedBars, topSeries, type Series } from '../chart.js';
-import { dailySpend, latestEntries, type DailySpend, type LedgerRow } from '../store.js';
+import { dailySpend, latestEntries, type DailySpend, type LedgerRow } from '../../store/console.js';
 import { show, type Req } from '../page.js';
 
 const DAYS = 30;

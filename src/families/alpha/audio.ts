@@ -38,7 +38,7 @@ const SpeechRequest = Type.Object({
 const checkSpeech = compile(SpeechRequest);
 
 function invalidValue(param: string, message: string): GatewayError {
-  return new GatewayError({ status: 400, code: 'invalid_value', param, message });
+  return new GatewayError({ code: 'invalid_value', param, message });
 }
 
 export function oneOf(param: string, value: string | undefined, allowed: readonly string[]): void {
@@ -66,7 +66,7 @@ async function speechVoice(s: Services, accountId: string, voice: string | { id:
   if (preset || (typeof voice === 'string' && !VOICE_ID.test(id))) {
     throw invalidValue('voice', `Invalid value for 'voice': '${id.slice(0, 64)}'. Supported voices are: ${OPENAI_VOICES.map((v) => `'${v}'`).join(', ')}, or the id of a voice this account cloned.`);
   }
-  throw new GatewayError({ status: 404, code: 'voice_not_found', param: 'voice', message: `No voice with id '${id.slice(0, 64)}' was found.` });
+  throw new GatewayError({ code: 'voice_not_found', param: 'voice', message: `No voice with id '${id.slice(0, 64)}' was found.` });
 }
 
 /** Holds exactly the whole input's price, calls the upstream and relays its reply through a WholeInputMeter. */

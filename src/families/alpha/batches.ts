@@ -2,12 +2,12 @@
 import { Type } from '@sinclair/typebox';
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
-import { GatewayError } from '../../errors.js';
+import { GatewayError, invalidValue } from '../../errors.js';
 import { admit } from '../../gate/admission.js';
 import { base62 } from '../../store/ids.js';
 import { getFile } from '../../store/files.js';
 import { batchObject, cancelBatch, createBatch, getBatch, listBatches } from '../../store/batches.js';
-import type { BatchEndpoints } from '../../jobs/batch-worker.js';
+import type { BatchEndpoints } from '../../exchange/client.js';
 import { checkMetadata, compile, parseJson } from '../validate.js';
 import { alpha } from './family.js';
 import { chatCompletion } from './chat.js';
@@ -34,14 +34,17 @@ const CreateBatch = Type.Object({
 const MAX_EXTRA_BYTES = 4096;
 const check = compile(CreateBatch);
 
-/** What each batch endpoint runs: the live route's own function (same validation, refused parameters, upstream and meter). */
-export function batchEndpoints(): BatchEndpoints {
+/**
+ * What each batch endpoint runs: the live route's own function (same validation, refused parameters, upstream and meter).
+ * `cli.ts` hands this to `openServices`, so the services (and the batch worker) never import a family.
+ */
+export function batchEndpoints(s: Services): BatchEndpoints {
   return {
     runners: new Map([
-      ['/v1/chat/completions', { run: chatCompletion, name: 'chat.completions' }],
-      ['/v1/completions', { run: completion, name: 'completions' }],
-      ['/v1/embeddings', { run: embedding, name: 'embeddings' }],
-      ['/v1/responses', { run: response, name: 'responses' }],
+      ['/v1/chat/completions', { run: (c, b) => chatCompletion(s, c, b), name: 'chat.completions' }],
+      ['/v1/completions', { run: (c, b) => completion(s, c, b), name: 'completions' }],
+      ['/v1/embeddings', { run: (c, b) => embedding(s, c, b), name: 'embeddings' }],
+      ['/v1/responses', { run: (c, b) => response(s, c, b), name: 'responses' }],
     ]),
     render: (err, requestId) => alpha.render(err, requestId),
   };
@@ -58,7 +61,7 @@ export function batchRoutes(s: Services): Route[] {
         const extraBytes = Buffer.byteLength(JSON.stringify(extra));
         if (extraBytes > MAX_EXTRA_BYTES) {
           const field = Object.keys(extra)[0] ?? 'body';
-          throw new GatewayError({ status: 400, code: 'invalid_value', param: field.slice(0, 64),
+          throw new GatewayError({ code: 'invalid_value', param: field.slice(0, 64),
             message: `Fields other than input_file_id, endpoint, completion_window and metadata are kept as given up to ${MAX_EXTRA_BYTES} bytes together; these take ${extraBytes}.` });
         }
         const key = ctx.key!;
@@ -69,7 +72,7 @@ export function batchRoutes(s: Services): Route[] {
         const file = await getFile(s.db, key.accountId, req.input_file_id);
         if (!file) throw noSuch('file', req.input_file_id, 'input_file_id');
         if (file.purpose !== 'batch') {
-          throw new GatewayError({ status: 400, code: 'invalid_value', param: 'input_file_id', message: `File ${file.id} has purpose "${file.purpose}"; a batch reads a file uploaded with purpose "batch".` });
+          throw invalidValue('input_file_id', `File ${file.id} has purpose "${file.purpose}"; a batch reads a file uploaded with purpose "batch".`);
         }
         const b = await createBatch(s.db, {
           accountId: key.accountId, keyId: key.id, endpoint, inputFileId: input_file_id, completionWindow: completion_window,
@@ -104,7 +107,7 @@ export function batchRoutes(s: Services): Route[] {
         const b = await cancelBatch(s.db, ctx.key!.accountId, params.batch_id!);
         if (!b) throw noSuch('batch', params.batch_id!);
         if (b.status !== 'cancelling' && b.status !== 'cancelled') {
-          throw new GatewayError({ status: 409, code: 'batch_not_cancellable', message: `Batch ${b.id} is ${b.status}; only a validating or in-progress batch can be cancelled.` });
+          throw new GatewayError({ code: 'batch_not_cancellable', message: `Batch ${b.id} is ${b.status}; only a validating or in-progress batch can be cancelled.` });
         }
         ctx.json(200, batchObject(b));
       },

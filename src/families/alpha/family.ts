@@ -1,5 +1,7 @@
 // The alpha family: the OpenAI API shape under /alpha/v1 (and /v1), with OpenAI's error envelope.
 import type { Family } from '../family.js';
+import { closeCode } from '../../errors.js';
+import { base62 } from '../../store/ids.js';
 import { openAiUpstreamError } from '../upstream-error.js';
 
 export const alpha: Family = {
@@ -11,4 +13,9 @@ export const alpha: Family = {
     return JSON.stringify(body);
   },
   upstreamError: openAiUpstreamError,
+  // The Realtime API's `error` server event, then the close with the error's code as its reason.
+  renderSocket(err) {
+    const frame = { event_id: `event_${base62(16)}`, type: 'error', error: { type: err.type, code: err.code, message: err.message, param: err.param, event_id: null } };
+    return { frame: JSON.stringify(frame), close: closeCode(err), reason: err.code };
+  },
 };

@@ -3,7 +3,7 @@ import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import type { Readable } from 'node:stream';
 import type { Ctx } from '../../server/context.js';
-import { GatewayError } from '../../errors.js';
+import { GatewayError, invalidValue, missingParameter } from '../../errors.js';
 import { uploadQuota } from '../storage.js';
 import { readMultipart, invalidMultipart, type Multipart } from '../../server/multipart.js';
 import { requireFunds } from '../../gate/admission.js';
@@ -22,22 +22,22 @@ function expiresAfter(form: Multipart, field = 'expires_after'): number | null {
   const anchor = form.field(`${field}[anchor]`);
   const seconds = form.field(`${field}[seconds]`);
   if (anchor === undefined && seconds === undefined) {
-    if (form.field(field) !== undefined) throw new GatewayError({ status: 400, code: 'invalid_value', param: field, message: `\`${field}\` is an object: send \`${field}[anchor]\` and \`${field}[seconds]\` as form fields.` });
+    if (form.field(field) !== undefined) throw invalidValue(field, `\`${field}\` is an object: send \`${field}[anchor]\` and \`${field}[seconds]\` as form fields.`);
     return null;
   }
-  if (anchor === undefined) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: `${field}.anchor`, message: `\`${field}.anchor\` is required ("created_at").` });
-  if (anchor !== 'created_at') throw new GatewayError({ status: 400, code: 'invalid_value', param: `${field}.anchor`, message: `\`${field}.anchor\` must be "created_at"; got ${JSON.stringify(anchor.slice(0, 32))}.` });
-  if (seconds === undefined) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: `${field}.seconds`, message: `\`${field}.seconds\` is required.` });
+  if (anchor === undefined) throw new GatewayError({ code: 'missing_required_parameter', param: `${field}.anchor`, message: `\`${field}.anchor\` is required ("created_at").` });
+  if (anchor !== 'created_at') throw new GatewayError({ code: 'invalid_value', param: `${field}.anchor`, message: `\`${field}.anchor\` must be "created_at"; got ${JSON.stringify(anchor.slice(0, 32))}.` });
+  if (seconds === undefined) throw new GatewayError({ code: 'missing_required_parameter', param: `${field}.seconds`, message: `\`${field}.seconds\` is required.` });
   const n = Number(seconds);
   if (!/^\d+$/.test(seconds) || n < EXPIRES_MIN_SECS || n > EXPIRES_MAX_SECS) {
-    throw new GatewayError({ status: 400, code: 'invalid_value', param: `${field}.seconds`,
+    throw new GatewayError({ code: 'invalid_value', param: `${field}.seconds`,
       message: `\`${field}.seconds\` must be a whole number from ${EXPIRES_MIN_SECS} (1 hour) to ${EXPIRES_MAX_SECS} (30 days); got ${JSON.stringify(seconds.slice(0, 32))}.` });
   }
   return n;
 }
 
 export function noSuch(what: 'file' | 'batch', id: string, param: string | null = null): GatewayError {
-  return new GatewayError({ status: 404, code: 'not_found', param, message: `No ${what} with id '${id.slice(0, 128)}' found.` });
+  return new GatewayError({ code: 'not_found', param, message: `No ${what} with id '${id.slice(0, 128)}' found.` });
 }
 
 /** A query's integer in [min, max], or its default; anything else is 400 naming the parameter. */
@@ -46,7 +46,7 @@ export function intParam(q: URLSearchParams, name: string, def: number, min: num
   if (v === null || v === '') return def;
   const n = Number(v);
   if (!Number.isInteger(n) || n < min || n > max) {
-    throw new GatewayError({ status: 400, code: 'invalid_value', param: name, message: `\`${name}\` must be a whole number from ${min} to ${max}; got ${JSON.stringify(v.slice(0, 32))}.` });
+    throw invalidValue(name, `\`${name}\` must be a whole number from ${min} to ${max}; got ${JSON.stringify(v.slice(0, 32))}.`);
   }
   return n;
 }
@@ -64,7 +64,7 @@ export function fileRoutes(s: Services): Route[] {
       handler: async (ctx) => {
         const q = new URLSearchParams(ctx.query);
         const order = q.get('order') ?? 'desc';
-        if (order !== 'asc' && order !== 'desc') throw new GatewayError({ status: 400, code: 'invalid_value', param: 'order', message: '`order` must be "asc" or "desc".' });
+        if (order !== 'asc' && order !== 'desc') throw invalidValue('order', '`order` must be "asc" or "desc".');
         const limit = intParam(q, 'limit', 10_000, 1, 10_000);
         const purpose = q.get('purpose') ?? undefined;
         await streamList(ctx, limit, q.get('after') ?? undefined, {
@@ -114,7 +114,7 @@ const MAX_FILENAME_BYTES = 255;
 function checkFilename(name: string): void {
   const bytes = Buffer.byteLength(name);
   if (bytes > MAX_FILENAME_BYTES || name.includes('\u0000')) {
-    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'file',
+    throw new GatewayError({ code: 'invalid_value', param: 'file',
       message: bytes > MAX_FILENAME_BYTES ? `The file name is ${bytes} bytes; at most ${MAX_FILENAME_BYTES} are allowed.` : 'The file name contains a NUL character.' });
   }
 }
@@ -152,12 +152,12 @@ async function upload(s: Services, ctx: Ctx, stream: Readable): Promise<void> {
       },
     });
     const purpose = form.field('purpose');
-    if (!purpose) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: 'purpose', message: '`purpose` is required (for a batch input: "batch").' });
+    if (!purpose) throw missingParameter('purpose', '`purpose` is required (for a batch input: "batch").');
     if (!PURPOSES.includes(purpose)) {
-      throw new GatewayError({ status: 400, code: 'invalid_value', param: 'purpose', message: `\`purpose\` must be one of ${PURPOSES.join(', ')}; got ${JSON.stringify(purpose.slice(0, 64))}.` });
+      throw invalidValue('purpose', `\`purpose\` must be one of ${PURPOSES.join(', ')}; got ${JSON.stringify(purpose.slice(0, 64))}.`);
     }
     const file = stored as FileRow | null;
-    if (files === 0 || !file) throw new GatewayError({ status: 400, code: 'missing_required_parameter', param: 'file', message: '`file` is required: send the file as the multipart field "file".' });
+    if (files === 0 || !file) throw missingParameter('file', '`file` is required: send the file as the multipart field "file".');
     // As OpenAI: a batch file expires after 30 days unless told otherwise; other files are kept until deleted.
     const expires = expiresAfter(form) ?? (purpose === 'batch' ? EXPIRES_MAX_SECS : null);
     ctx.json(200, fileObject(await publishFile(s.db, file.id, purpose, expires)));

@@ -1,15 +1,18 @@
 // One OpenAI-shaped text exchange: the charge, the only body rewrite we make, the upstream call, the meter and the relay.
 import type { Services } from '../../services.js';
-import type { KeyRecord } from '../../store/keys.js';
 import type { ModelConfig, PoolEntry } from '../../config.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay, type Downstream } from '../../exchange/relay-http.js';
+import { relay } from '../../exchange/relay-http.js';
+import type { ExchangeClient } from '../../exchange/client.js';
 import type { Meter } from '../../exchange/meter.js';
 import { SseMeter, type SseMeterOptions } from '../../meter/sse.js';
 import { ResponsesSseMeter } from '../../meter/responses-sse.js';
 import { JsonMeter } from '../../meter/json.js';
 import { StreamJsonMeter } from '../../meter/stream-json.js';
 import { alpha } from './family.js';
+
+/** Moved to exchange/client.ts; re-exported for the callers that import it from here. */
+export type { ExchangeClient } from '../../exchange/client.js';
 
 export interface TextExchange {
   model: ModelConfig;
@@ -31,20 +34,6 @@ export interface TextExchange {
   tasks?: number;
   /** Reshapes the reply: a buffered JSON body, or a stream of events (Responses translation). */
   reshape?: { json(json: Record<string, unknown>): string; stream(): NonNullable<SseMeterOptions['translate']> };
-}
-
-/**
- * Who an exchange answers: a live request's Ctx, or a batch line whose Downstream collects the reply.
- * `debit` names the ledger entry when it is not the request id (a batch line: `batch:<batch_id>:<custom_id>`,
- * with one nonce for every attempt of the line, so a line run again after a crash is billed once).
- */
-export interface ExchangeClient extends Downstream {
-  readonly key: KeyRecord | null;
-  readonly requestId: string;
-  readonly routeName: string;
-  readonly headers: Record<string, string>;
-  /** `batch`: priced at the model's batch prices. */
-  readonly debit?: { id: string; nonce: string; batch?: boolean };
 }
 
 /** Admits with the worst case, calls the upstream, and relays its reply through the meter that fits it. */

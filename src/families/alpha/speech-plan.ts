@@ -30,11 +30,11 @@ export function speechPlan(format: SpeechFormat, caps: SpeechCaps, ffmpeg: Ffmpe
   // OpenAI's pcm is 24 kHz: an upstream's pcm at another rate is resampled, never passed on as if it were
   if (caps.formats.includes(format) && !(format === 'pcm' && caps.pcmRate !== OUT_RATE)) return { kind: 'upstream' };
   const refuse = (why: string): never => {
-    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'response_format',
+    throw new GatewayError({ code: 'invalid_value', param: 'response_format',
       message: `response_format '${format}' is not available for this model: ${why} Available: ${availableFormats(caps, ffmpeg).map((f) => `'${f}'`).join(', ')}.` });
   };
   if (sse) {
-    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'stream_format',
+    throw new GatewayError({ code: 'invalid_value', param: 'stream_format',
       message: `stream_format 'sse' is not available with response_format '${format}' for this model: its host does not make ${format}, and this gateway converts plain audio streams only. Use stream_format 'audio', or one of: ${caps.formats.map((f) => `'${f}'`).join(', ')}.` });
   }
   const raw = caps.formats.includes('pcm') ? 'pcm' : caps.formats.includes('wav') ? 'wav' : undefined;

@@ -6,7 +6,7 @@ import type { Ctx } from '../../server/context.js';
 import type { Route } from '../../server/router.js';
 import type { ModelConfig } from '../../config.js';
 import { TRANSCRIPT_FORMATS, type TranscriptFormat, type TranscriptionCaps } from '../../config-transcription.js';
-import { GatewayError } from '../../errors.js';
+import { GatewayError, invalidValue } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
 import { relayCall } from '../../exchange/relay-http.js';
 import { TranscriptMeter } from '../../meter/transcript.js';
@@ -38,7 +38,7 @@ export function planTranscript(caps: TranscriptionCaps, format: TranscriptFormat
   if (ask) return { kind: 'render', ask, format, events: streamed };
   const made = TRANSCRIPT_FORMATS.filter((f) => has(f) || has('verbose_json') || ((f === 'json' || f === 'text') && has('json')));
   throw new GatewayError({
-    status: 400, code: 'invalid_value', param: streamed ? 'stream' : 'response_format',
+    code: 'invalid_value', param: streamed ? 'stream' : 'response_format',
     message: streamed && has(format)
       ? `The model '${model}' cannot stream a transcription: its host does not stream, and does not answer json or verbose_json for Tollgate to stream from. Send stream=false.`
       : `Invalid value for 'response_format': '${format}' is not available for the model '${model}'. Available: ${made.map((f) => `'${f}'`).join(', ')}.`,
@@ -115,9 +115,9 @@ function transcriptRoute(s: Services, task: 'transcriptions' | 'translations'): 
     handler: async (ctx, { stream, body }) => {
       const form = await readMultipart(stream ?? body ?? Buffer.alloc(0), ctx.headers['content-type'], { maxFileBytes: limit, maxFiles: 1 });
       const file = form.files.find((f) => f.field === 'file');
-      if (!file) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'file', message: "Missing required parameter: 'file' (the audio, as a multipart file)." });
+      if (!file) throw invalidValue('file', "Missing required parameter: 'file' (the audio, as a multipart file).");
       const modelName = form.field('model');
-      if (!modelName) throw new GatewayError({ status: 400, code: 'invalid_value', param: 'model', message: "Missing required parameter: 'model'." });
+      if (!modelName) throw invalidValue('model', "Missing required parameter: 'model'.");
       oneOf('response_format', form.field('response_format'), TRANSCRIPT_FORMATS);
       for (const g of form.fields.get('timestamp_granularities[]') ?? []) oneOf('timestamp_granularities[]', g, ['word', 'segment']);
       const format = (form.field('response_format') ?? 'json') as TranscriptFormat;

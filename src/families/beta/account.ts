@@ -5,6 +5,7 @@ import type { Ctx } from '../../server/context.js';
 import { accountById } from '../../store/accounts.js';
 import { modelView } from './views.js';
 import { voiceCounts } from '../../store/voices.js';
+import { charactersSince } from '../../store/ledger-reads.js';
 
 /** ElevenLabs caps a character count at what a 32-bit counter holds; an unpriced (free) model leaves it there. */
 const UNBOUNDED_CHARACTERS = 2_147_483_647;
@@ -54,12 +55,11 @@ export function accountRoutes(s: Services): Route[] {
     const nextReset = Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1) / 1000;
     const [committed, pending, chars, voices] = await Promise.all([
       s.cache.balanceOf(key.accountId), s.limiter.pendingOf(key.accountId, key.id),
-      s.db.query(`SELECT coalesce(sum((usage->>'characters')::bigint), 0) AS n FROM ledger
-                   WHERE account_id = $1 AND kind = 'debit' AND created_at >= $2 AND usage ? 'characters'`, [key.accountId, monthStart]),
+      charactersSince(s.db, key.accountId, monthStart),
       voiceCounts(s.db, key.accountId, monthStart),
     ]);
     const balance = committed - pending.account;
-    const used = Number(chars.rows[0]!.n as bigint);
+    const used = chars;
     // per_mchar is nanodollars per 1M characters: characters bought = balance × 1M / per_mchar.
     const buys = dearest === 0n ? UNBOUNDED_CHARACTERS
       : balance <= 0n ? 0 : Number(bigMin((balance * 1_000_000n) / dearest, BigInt(UNBOUNDED_CHARACTERS)));

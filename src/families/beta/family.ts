@@ -1,6 +1,6 @@
 // The beta family: the ElevenLabs API shape under /beta, with its FastAPI-style `detail` envelope.
 import type { Family } from '../family.js';
-import type { GatewayError } from '../../errors.js';
+import { closeCode, type GatewayError } from '../../errors.js';
 import { openAiUpstreamError } from '../upstream-error.js';
 
 /** The specification's envelope, carried in the same body so that a client reading either finds the error. */
@@ -21,4 +21,9 @@ export const beta: Family = {
   },
   // The speech upstreams speak the OpenAI-compatible protocol too.
   upstreamError: openAiUpstreamError,
+  // ElevenLabs' WebSocket error message (`{message, error, code}`, code being the close code), then the close with the error's code as its reason.
+  renderSocket(err) {
+    const close = closeCode(err);
+    return { frame: JSON.stringify({ message: err.message, error: err.code, code: close }), close, reason: err.code };
+  },
 };

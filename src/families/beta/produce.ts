@@ -35,7 +35,7 @@ export function production(f: OutputFormat, caps: SpeechCaps = CONTRACT_SPEECH, 
   const spec = formatSpec(f);
   const source = caps.formats.includes('pcm') ? 'pcm' : caps.formats.includes('wav') ? 'wav' : undefined;
   if (!source) {
-    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'output_format',
+    throw new GatewayError({ code: 'invalid_value', param: 'output_format',
       message: `output_format ${f} cannot be produced: the model's host makes only ${caps.formats.join(', ')}, and this gateway makes the family's formats from pcm or wav.` });
   }
   const codec: Codec = spec.codec;

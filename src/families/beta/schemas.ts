@@ -31,7 +31,7 @@ export function formatSpec(f: OutputFormat): FormatSpec {
 }
 
 function queryError(field: string, msg: string): GatewayError {
-  return new GatewayError({ status: 422, code: 'validation_error', param: field, message: msg, detail: [{ loc: ['query', field], msg, type: 'enum' }] });
+  return new GatewayError({ code: 'validation_error', param: field, message: msg, detail: [{ loc: ['query', field], msg, type: 'enum' }] });
 }
 
 /** The query of a synthesis or conversion route: `output_format` checked against the enumeration. */

@@ -64,7 +64,7 @@ export function checkedVoiceSettings(v: unknown, loc: string[]): unknown {
   const first = [...checkVoiceSettings.Errors(v)][0];
   const path = first ? first.path.split('/').filter(Boolean) : [];
   const msg = `voice_settings${path.length ? `.${path.join('.')}` : ''} is invalid: ${first?.message ?? 'expected an object'} (stability, similarity_boost and style from 0 to 1, use_speaker_boost a boolean, speed from 0.7 to 1.2).`;
-  throw new GatewayError({ status: 422, code: 'validation_error', param: ['voice_settings', ...path].join('.'), message: msg,
+  throw new GatewayError({ code: 'validation_error', param: ['voice_settings', ...path].join('.'), message: msg,
     detail: [{ loc: [...loc, 'voice_settings', ...path], msg, type: 'value_error' }] });
 }
 
@@ -119,7 +119,7 @@ export function voiceSettingsParams(models: readonly ModelConfig[], model: Model
 }
 
 function queryInvalid(name: string, msg: string): GatewayError {
-  return new GatewayError({ status: 422, code: 'validation_error', param: name, message: msg, detail: [{ loc: ['query', name], msg, type: 'value_error' }] });
+  return new GatewayError({ code: 'validation_error', param: name, message: msg, detail: [{ loc: ['query', name], msg, type: 'value_error' }] });
 }
 
 /** The stream-input socket's query (`seed`, `language_code`, `apply_text_normalization`, `enable_ssml_parsing`): checked, then as `speechParams`. */

@@ -23,7 +23,7 @@ function presetModel(s: Services, modelId: string | null | undefined): ModelConf
 }
 
 export function voiceNotFound(id: string): GatewayError {
-  return new GatewayError({ status: 404, code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
+  return new GatewayError({ code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
 }
 
 /**

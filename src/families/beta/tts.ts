@@ -25,7 +25,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
   const format = outputFormatOf(ctx.query);
   const characters = [...req.text].length;
   if (characters > MAX_TTS_CHARACTERS) {
-    throw new GatewayError({ status: 400, code: 'max_character_limit_exceeded', param: 'text',
+    throw new GatewayError({ code: 'max_character_limit_exceeded', param: 'text',
       message: `text is ${characters} characters; one request takes at most ${MAX_TTS_CHARACTERS}.` });
   }
   if (req.pronunciation_dictionary_locators && req.pronunciation_dictionary_locators.length > 0) {

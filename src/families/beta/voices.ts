@@ -20,11 +20,11 @@ import { routeUploadBytes } from '../../config.js';
 import { refuseNoiseRemoval, refuseSearchFilters, refuseWithSettings } from './voice-params.js';
 
 function voiceNotFound(id: string): GatewayError {
-  return new GatewayError({ status: 404, code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
+  return new GatewayError({ code: 'voice_not_found', type: 'not_found', param: 'voice_id', message: `A voice with voice_id '${id}' was not found.` });
 }
 
 function sampleNotFound(voiceId: string, sampleId: string): GatewayError {
-  return new GatewayError({ status: 404, code: 'sample_not_found', type: 'not_found', param: 'sample_id',
+  return new GatewayError({ code: 'sample_not_found', param: 'sample_id',
     message: `A sample with sample_id '${sampleId}' was not found for voice_id '${voiceId}'.` });
 }
 
@@ -104,7 +104,7 @@ async function addVoice(s: Services, ctx: Ctx, stream: Readable): Promise<void> 
     const description = form.field('description') ?? null;
     const model = s.models.models.find((m) => m.voiceCloning);
     if (!model) {
-      throw new GatewayError({ status: 400, code: 'voice_cloning_unavailable', message: 'This gateway has no model that clones voices (no tts model with voice_cloning).' });
+      throw new GatewayError({ code: 'voice_cloning_unavailable', message: 'This gateway has no model that clones voices (no tts model with voice_cloning).' });
     }
     // Each sample must be audio whose length can be read (400 invalid_audio otherwise, nothing stored): its duration is listed.
     const durations = await sampleDurations(s, stored);
@@ -135,7 +135,7 @@ async function addVoice(s: Services, ctx: Ctx, stream: Readable): Promise<void> 
 }
 
 function voiceLimit(max: number): GatewayError {
-  return new GatewayError({ status: 400, code: 'voice_limit_reached', message: `This account holds ${max} voices, its limit; delete one to add another.` });
+  return new GatewayError({ code: 'voice_limit_reached', message: `This account holds ${max} voices, its limit; delete one to add another.` });
 }
 
 async function ownVoice(s: Services, ctx: Ctx, id: string): Promise<VoiceRecord> {
@@ -150,13 +150,13 @@ type View = Record<string, unknown>;
 export function searchVoices(all: View[], q: URLSearchParams): View {
   const size = q.get('page_size') === null ? 10 : Number(q.get('page_size'));
   if (!Number.isInteger(size) || size < 1 || size > 100) {
-    throw new GatewayError({ status: 422, code: 'validation_error', param: 'page_size', message: 'page_size must be an integer from 1 to 100.',
+    throw new GatewayError({ code: 'validation_error', param: 'page_size', message: 'page_size must be an integer from 1 to 100.',
       detail: [{ loc: ['query', 'page_size'], msg: 'page_size must be an integer from 1 to 100.', type: 'value_error' }] });
   }
   const token = q.get('next_page_token');
   const from = token === null || token === '' ? 0 : Number(token);
   if (!Number.isInteger(from) || from < 0) {
-    throw new GatewayError({ status: 422, code: 'validation_error', param: 'next_page_token', message: 'next_page_token is not one this API gave out.',
+    throw new GatewayError({ code: 'validation_error', param: 'next_page_token', message: 'next_page_token is not one this API gave out.',
       detail: [{ loc: ['query', 'next_page_token'], msg: 'next_page_token is not one this API gave out.', type: 'value_error' }] });
   }
   const text = q.get('search')?.toLowerCase() ?? '';

@@ -7,4 +7,5 @@ export const svc: Family = {
   prefixes: ['/svc'],
   render: alpha.render,
   upstreamError: alpha.upstreamError,
+  renderSocket: alpha.renderSocket,
 };

@@ -1,9 +1,9 @@
 // The console's SQL: users and sessions, rate-limit counters and secrets, and the ledger reads behind the billing and usage pages.
 import { createHash, randomBytes } from 'node:crypto';
-import type { Db, Queryable } from '../store/db.js';
-import { createAccount } from '../store/accounts.js';
-import { base62 } from '../store/ids.js';
-import { usageRows } from '../store/receipts.js';
+import type { Db, Queryable } from './db.js';
+import { createAccount } from './accounts.js';
+import { base62 } from './ids.js';
+import { usageRows } from './receipts.js';
 
 export interface ConsoleUser { id: string; email: string; accountId: string; passwordHash: string }
 export interface Session { tokenHash: string; csrf: string; user: ConsoleUser }
