@@ -50,6 +50,12 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 /** A session's error as its family sends it: a frame (null: none), then the close code and reason (at most 123 bytes). */
 export interface SocketError { frame: string | null; close: number; reason: string }
 
+/** The same error told with another message (a session's refusal adds what the session was billed). */
+export function withMessage(err: GatewayError, message: string): GatewayError {
+  return new GatewayError({ status: err.status, code: err.code, type: err.type, param: err.param, retryable: err.retryable, headers: err.headers,
+    ...(err.detail ? { detail: err.detail } : {}), message });
+}
+
 /** The close code a session ends with for this error. */
 export function closeCode(err: GatewayError): number {
   return (ERROR_CODES[err.code] as CodeSpec).close ?? CLOSE.POLICY;

@@ -12,6 +12,6 @@ export interface Family extends ErrorRenderer {
    * An error that ends a session (WebSocket), rendered as `render` renders it over HTTP: the family's
    * error frame, then the close code (errors.ts closeCode: from the catalog) and a reason of at most 123 bytes.
    */
-  renderSocket(err: GatewayError, requestId: string): SocketError;
+  renderSocket(err: GatewayError, requestId: string, replyTo?: string | null): SocketError;
 }
 

@@ -14,8 +14,9 @@ export const alpha: Family = {
   },
   upstreamError: openAiUpstreamError,
   // The Realtime API's `error` server event, then the close with the error's code as its reason.
-  renderSocket(err) {
-    const frame = { event_id: `event_${base62(16)}`, type: 'error', error: { type: err.type, code: err.code, message: err.message, param: err.param, event_id: null } };
+  // `replyTo`: the client event the error answers (its event_id), when there is one.
+  renderSocket(err, _requestId, replyTo = null) {
+    const frame = { event_id: `event_${base62(16)}`, type: 'error', error: { type: err.type, code: err.code, message: err.message, param: err.param, event_id: replyTo } };
     return { frame: JSON.stringify(frame), close: closeCode(err), reason: err.code };
   },
 };

@@ -1,6 +1,6 @@
 // A stream-input session's generations, one at a time, each a Part of the session: its text's price held, its audio relayed frame by frame as the upstream makes it, settled for what was spoken.
 import type { Services } from '../../services.js';
-import { GatewayError } from '../../errors.js';
+import { CLOSE, GatewayError } from '../../errors.js';
 import { Part } from '../../exchange/part.js';
 import { relayPart } from '../../exchange/relay-part.js';
 import { usage } from '../../exchange/usage.js';
@@ -12,9 +12,7 @@ import type { SpeechSession, VoiceFields } from './speech-stream.js';
 import { SpokenMeter, type FrameWriter } from './spoken.js';
 
 /** Close codes a generation ends a session with: 1001 going away (skipped), 1008 a refusal (balance, ceiling, rpm), 1011 the upstream failed. */
-const GOING_AWAY = 1001;
-const POLICY = 1008;
-const UPSTREAM_FAILED = 1011;
+const { GOING_AWAY, POLICY, INTERNAL: UPSTREAM_FAILED } = CLOSE;
 
 /** A generation's end: done (and what it cost), or the session must close with `code` (`refusal`: the admission's error, for the family's message). */
 export type Generated =

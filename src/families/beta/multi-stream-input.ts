@@ -6,7 +6,7 @@ import { log } from '../../observe/log.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, checkFrameKey, finalFrame, GOING_AWAY, keyOfFrame, NO_WORK, NORMAL, openSpeechSession, POLICY, refusal, refusedFormat, revoked, scheduleOf,
+  changesFirst, checkFirstFrame, refusedBy, checkFrameKey, finalFrame, GOING_AWAY, keyOfFrame, NO_WORK, NORMAL, openSpeechSession, POLICY, refusal, refusedFormat, revoked, scheduleOf,
   streamOptions, TextBuffer, voiceOfFrame, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 import { Generations, type FrameOut, type Generated } from './generation.js';
@@ -105,7 +105,7 @@ class MultiStreamInput implements SessionHandler {
           this.follow();
         }
       } catch (e) {
-        if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);
+        if (e instanceof GatewayError) return void this.stop(refusedBy(e));
         throw e;
       }
       this.started = true;
@@ -178,7 +178,7 @@ class MultiStreamInput implements SessionHandler {
   /** A generation of `ctx` ended (its audio already sent): its cost counted; a refused or failed one ends the session (a refusal saying what it was billed). */
   private generated(ctx: Context, g: Generated): Promise<void> {
     ctx.billed += g.cost;
-    if (!g.ok && g.code !== GOING_AWAY) this.refuse(g.code, g.reason, g.refusal ? this.session?.charge.billed : undefined);
+    if (!g.ok && g.code !== GOING_AWAY) void this.stop(g.refusal ? refusedBy(g.refusal, this.session?.charge.billed ?? 0n) : refusal(g.code, g.reason));
     return Promise.resolve();
   }
 

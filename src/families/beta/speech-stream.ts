@@ -1,6 +1,7 @@
 // What the stream-input WebSockets share: the query, the session's admission, the text buffer on its chunk schedule, the session's refusals and ends.
 import type { Services } from '../../services.js';
-import { GatewayError } from '../../errors.js';
+import { CLOSE, closeCode, GatewayError, withMessage } from '../../errors.js';
+import { beta } from './family.js';
 import { Charge } from '../../exchange/charge.js';
 import { authenticateKey, invalidKey, requireScope } from '../../gate/auth.js';
 import type { KeyRecord } from '../../store/keys.js';
@@ -24,11 +25,8 @@ export const DEFAULT_SCHEDULE: readonly number[] = [120, 160, 250, 290];
 /** The most text one generation sends upstream (a client that never flushes is cut in pieces this long). */
 const MAX_GENERATION_CHARS = 5_000;
 
-/** Close codes: 1000 done, 1001 going away, 1008 a policy refusal (bad parameter, key, balance), 1011 the upstream failed. */
-export const NORMAL = 1000;
-export const GOING_AWAY = 1001;
-export const POLICY = 1008;
-export const UPSTREAM_FAILED = 1011;
+/** Close codes (their one home is errors.ts's CLOSE): 1000 done, 1001 going away, 1008 a policy refusal, 1011 the upstream failed. */
+export const { NORMAL, GOING_AWAY, POLICY, INTERNAL: UPSTREAM_FAILED } = CLOSE;
 
 /** The WebSocket's `output_format` enumeration: the REST one without pcm_48000 and the WAV formats (a WAV header belongs to a whole file; docs/elevenlabs.md, "output_format on REST and on the WebSocket"). */
 export const STREAM_FORMATS: readonly OutputFormat[] = OUTPUT_FORMATS.filter((f) => f !== 'pcm_48000' && !WHOLE_FILE_FORMATS.includes(f));
@@ -232,6 +230,18 @@ export function refusal(code: number, reason: string, billed?: bigint): EndHow {
   if (Buffer.byteLength(told) <= 123) return { code, reason: told, now: true };
   const short = reason.slice(0, reason.indexOf(':') > 0 ? reason.indexOf(':') : 100);
   return { code, reason: short, message: JSON.stringify({ message: told, error: short, code }), now: true };
+}
+
+/**
+ * A session ended by an error (a refusal at the first frame, a generation refused its hold): the
+ * family's socket rendering of it (src/families/beta/family.ts), told with what the session was
+ * billed when `billed` is given. A short one is said in the close reason alone, as ElevenLabs does.
+ */
+export function refusedBy(e: GatewayError, billed?: bigint): EndHow {
+  const told = `${e.code}: ${e.message}${billed === undefined ? '' : ` This session was billed $${nanoToDecimal(billed)} (${billed} nd) in all.`}`;
+  if (Buffer.byteLength(told) <= 123) return { code: closeCode(e), reason: told, now: true };
+  const r = beta.renderSocket(withMessage(e, told), '');
+  return { code: r.close, reason: r.reason, ...(r.frame === null ? {} : { message: r.frame }), now: true };
 }
 
 /** A session's end while the socket is open: nothing new starts (`stop`); `idle` once the generation under way has ended. */

@@ -5,7 +5,7 @@ import { SessionEnd, type EndHow } from '../../exchange/session-end.js';
 import type { KeyRecord } from '../../store/keys.js';
 import type { SessionHandler, SessionSocket, SocketRoute } from '../../server/ws.js';
 import {
-  changesFirst, checkFirstFrame, checkFrameKey, finalFrame, GOING_AWAY, keyOfFrame, NO_WORK, NORMAL, openSpeechSession, POLICY, refusal, refusedFormat, revoked, scheduleOf,
+  changesFirst, checkFirstFrame, refusedBy, checkFrameKey, finalFrame, GOING_AWAY, keyOfFrame, NO_WORK, NORMAL, openSpeechSession, POLICY, refusal, refusedFormat, revoked, scheduleOf,
   streamOptions, TextBuffer, voiceOfFrame, DEFAULT_SCHEDULE, type SpeechSession, type StreamOptions, type VoiceFields,
 } from './speech-stream.js';
 import { Generations, type FrameOut, type Generated } from './generation.js';
@@ -115,7 +115,7 @@ class StreamInput implements SessionHandler {
         this.native = await NativeStream.open(this.s, this.socket, this.session, this.o, (code, reason) => { if (!this.socket.closed) this.refuse(code, reason); });
       } else if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
     } catch (e) {
-      if (e instanceof GatewayError) return this.refuse(POLICY, `${e.code}: ${e.message}`);
+      if (e instanceof GatewayError) return void this.stop(refusedBy(e));
       throw e;
     }
     this.started = true;
@@ -151,7 +151,7 @@ class StreamInput implements SessionHandler {
   /** A generation ended: done, skipped (the session is ending), or the session is refused (what it was billed is said) or failed. */
   private generated(g: Generated): Promise<void> {
     if (g.ok || g.code === GOING_AWAY) return Promise.resolve();
-    this.refuse(g.code, g.reason, g.refusal ? this.session?.charge.billed : undefined);
+    void this.stop(g.refusal ? refusedBy(g.refusal, this.session?.charge.billed ?? 0n) : refusal(g.code, g.reason));
     return Promise.resolve();
   }
 

@@ -1,7 +1,8 @@
 // A realtime pass-through session: client and upstream frames relayed in order, each response a Part (held at response.create, recorded as it streams, settled from its response.done or estimated).
 import type { Services } from '../../../services.js';
 import type { ModelConfig } from '../../../config.js';
-import { GatewayError } from '../../../errors.js';
+import { CLOSE, closeCode, GatewayError, withMessage } from '../../../errors.js';
+import { alpha } from '../family.js';
 import type { Charge } from '../../../exchange/charge.js';
 import { Part } from '../../../exchange/part.js';
 import { SessionEnd } from '../../../exchange/session-end.js';
@@ -19,9 +20,7 @@ import { IdleLimit } from './idle.js';
 const rid = (prefix: string): string => `${prefix}_${base62(16)}`;
 
 /** Close codes: 1001 going away, 1008 a policy refusal (balance, rate, a client that outruns the upstream), 1011 the upstream failed. */
-const GOING_AWAY = 1001;
-const POLICY = 1008;
-const UPSTREAM_FAILED = 1011;
+const { GOING_AWAY, POLICY, INTERNAL: UPSTREAM_FAILED } = CLOSE;
 
 /** Client frames queued for the upstream past this: the client sends faster than the upstream reads, and the session closes. */
 const UPSTREAM_BACKLOG_LIMIT = 16 * 1024 * 1024;
@@ -96,7 +95,7 @@ export class Passthrough implements SessionHandler {
   stop(e: GatewayError): void {
     if (this.ended) return;
     this.stopped = true;
-    this.endWith(POLICY, e.code, this.errorFrame(e.code, e.message, null, e.type));
+    this.endWith(closeCode(e), e.code, alpha.renderSocket(e, this.socket.id).frame!);
   }
 
   private error(code: string | null, message: string, param: string | null = null, clientEventId: unknown = null, type = 'invalid_request_error'): Promise<void> {
@@ -159,7 +158,7 @@ export class Passthrough implements SessionHandler {
       return await Part.begin(this.charge, { worst: this.estimate.worstCase(r), countsAsRequest: true });
     } catch (e) {
       if (!(e instanceof GatewayError)) throw e;
-      this.endWith(POLICY, e.code, this.errorFrame(e.code, `${e.message} ${billedSoFar(this.charge)}`, clientEventId, e.type));
+      this.endWith(closeCode(e), e.code, alpha.renderSocket(withMessage(e, `${e.message} ${billedSoFar(this.charge)}`), this.socket.id, typeof clientEventId === 'string' ? clientEventId : null).frame!);
       return null;
     }
   }

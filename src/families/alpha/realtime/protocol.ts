@@ -1,4 +1,5 @@
 // The realtime protocol's shared pieces: ids, close codes, the error a client event gets, PCM constants, and the item and response shapes a session keeps.
+import { CLOSE } from '../../../errors.js';
 import { base62 } from '../../../store/ids.js';
 import type { Charge } from '../../../exchange/charge.js';
 import { nanoToDecimal } from '../../../money.js';
@@ -19,9 +20,8 @@ export function eventOf(data: Buffer, isBinary: boolean): Obj | null {
 /** A protocol id (`item_...`, `event_...`, `resp_...`, `call_...`). */
 export function rid(prefix: string): string { return `${prefix}_${base62(16)}`; }
 
-/** Close codes: 1001 going away, 1008 a policy refusal (balance, rate). */
-export const GOING_AWAY = 1001;
-export const POLICY = 1008;
+/** Close codes (their one home is errors.ts's CLOSE): 1001 going away, 1008 a policy refusal (balance, rate). */
+export const { GOING_AWAY, POLICY } = CLOSE;
 
 /** Older (beta) client event names, accepted as their GA names. */
 export const CLIENT_ALIASES: Record<string, string> = { 'transcription_session.update': 'session.update' };

@@ -2,7 +2,8 @@
 import type { Services } from '../../../services.js';
 import type { ModelConfig } from '../../../config.js';
 import type { Charge } from '../../../exchange/charge.js';
-import type { GatewayError } from '../../../errors.js';
+import { closeCode, withMessage, type GatewayError } from '../../../errors.js';
+import { alpha } from '../family.js';
 import { SessionEnd } from '../../../exchange/session-end.js';
 import { log } from '../../../observe/log.js';
 import type { SessionHandler, SessionSocket } from '../../../server/ws.js';
@@ -14,7 +15,7 @@ import { respond } from './response.js';
 import { planResponse } from './response-plan.js';
 import { updatedSession } from './session-config.js';
 import { IdleLimit } from './idle.js';
-import { abortCalls, billedSoFar, CLIENT_ALIASES, eventOf, GOING_AWAY, POLICY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
+import { abortCalls, billedSoFar, CLIENT_ALIASES, eventOf, GOING_AWAY, rid, RtError, type Active, type Item, type Obj, type Spoken } from './protocol.js';
 
 export class Realtime implements SessionHandler, SessionContext {
   session: Obj;
@@ -48,7 +49,7 @@ export class Realtime implements SessionHandler, SessionContext {
   stop(e: GatewayError): void {
     if (this.ended) return;
     if (this.active) { this.active.cancelled = true; abortCalls(this.active); }
-    void this.ending.end({ code: POLICY, reason: e.code, message: this.errorFrame(e) });
+    void this.ending.end({ code: closeCode(e), reason: e.code, message: this.errorFrame(e) });
   }
 
   opened(): void {
@@ -142,12 +143,13 @@ export class Realtime implements SessionHandler, SessionContext {
    */
   refused(e: GatewayError): Promise<void> {
     this.ended = true;
-    void this.work.then(() => this.ending.end({ code: POLICY, reason: e.code, message: this.errorFrame(e, `${e.message} ${billedSoFar(this.charge)}`) }));
+    void this.work.then(() => this.ending.end({ code: closeCode(e), reason: e.code, message: this.errorFrame(e, `${e.message} ${billedSoFar(this.charge)}`) }));
     return Promise.resolve();
   }
 
+  /** The family's socket rendering of a session-ending error (the Realtime `error` event), told with `message`. */
   private errorFrame(e: GatewayError, message = e.message): string {
-    return JSON.stringify({ event_id: rid('event'), type: 'error', error: { type: e.type, code: e.code, message, param: null, event_id: null } });
+    return alpha.renderSocket(withMessage(e, message), this.socket.id).frame!;
   }
 
   async closed(): Promise<void> {
