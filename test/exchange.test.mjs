@@ -72,7 +72,12 @@ const openSession = (key, id = `sess_${randomBytes(6).toString('hex')}`) =>
 async function debits(account) {
   await s.committer.drain(Date.now() + 5000);
   const r = await db.query(`SELECT idem_key, amount_nd::text AS amount, reason, usage FROM ledger WHERE account_id = $1 AND kind = 'debit' ORDER BY idem_key`, [account]);
-  return r.rows.map((x) => ({ key: x.idem_key, amount: -BigInt(x.amount), reason: x.reason, usage: x.usage }));
+  return r.rows.map((x) => {
+    // The receipt's fields beside the units: when the exchange began (a time), the prices it was billed at.
+    const { started_at: startedAt, ...units } = x.usage;
+    assert.match(startedAt, /^\d{4}-\d\d-\d\dT/);
+    return { key: x.idem_key, amount: -BigInt(x.amount), reason: x.reason, usage: units };
+  });
 }
 
 test('parts of a session are numbered 1, 2, … and each is billed under its own ledger key <session>#<seq>', async () => {
@@ -89,8 +94,8 @@ test('parts of a session are numbered 1, 2, … and each is billed under its own
   assert.equal(charge.billed, 30n * PER_CHAR);
   await charge.release();
   assert.deepEqual(await debits(account), [
-    { key: `${charge.id}#1`, amount: 10n * PER_CHAR, reason: 'test.session', usage: { input_tokens: 0, output_tokens: 0, characters: 10, basis: 'exact' } },
-    { key: `${charge.id}#2`, amount: 20n * PER_CHAR, reason: 'test.other', usage: { input_tokens: 0, output_tokens: 0, characters: 20, basis: 'exact' } },
+    { key: `${charge.id}#1`, amount: 10n * PER_CHAR, reason: 'test.session', usage: { input_tokens: 0, output_tokens: 0, characters: 10, basis: 'exact', prices: { per_mchar: '15' } } },
+    { key: `${charge.id}#2`, amount: 20n * PER_CHAR, reason: 'test.other', usage: { input_tokens: 0, output_tokens: 0, characters: 20, basis: 'exact', prices: { per_mchar: '15' } } },
   ]);
   await assert.rejects(() => a.end(chars(1)), /has ended/, 'a part ends once');
 });
