@@ -6,6 +6,7 @@ import { ElevenLabsClient, ElevenLabsError } from '@elevenlabs/elevenlabs-js';
 import pg from '../node_modules/pg/lib/index.js';
 import { startGateway, assertInvariants } from './helpers/gateway.mjs';
 import { connect } from './helpers/ws.mjs';
+import { wav as tone, wavFile } from './helpers/wav.mjs';
 import { startElevenLabs, audioOf, alignmentOf } from './helpers/elevenlabs-standin.mjs';
 
 const UPSTREAM_KEY = 'sk_upstream_operator_key_0123456789';
@@ -70,22 +71,8 @@ const charCost = (chars, perM) => (BigInt(chars) * BigInt(perM) * 1_000_000_000n
 /** ceil(ms × $/minute) in nanodollars. */
 const secondsCost = (ms, perMinuteNano) => (BigInt(ms) * perMinuteNano + 59_999n) / 60_000n;
 
-/** A mono 16-bit WAV of `pcm` at `rate`. */
-function wavOf(data, rate) {
-  const h = Buffer.alloc(44);
-  h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVEfmt ', 8);
-  h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22); h.writeUInt32LE(rate, 24);
-  h.writeUInt32LE(rate * 2, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-  return Buffer.concat([h, data]);
-}
-
 /** A 16 kHz WAV of `ms` milliseconds of a tone. */
-function wav(ms) {
-  const n = ms * 16;
-  const data = Buffer.alloc(n * 2);
-  for (let i = 0; i < n; i++) data.writeInt16LE(Math.round(Math.sin(i / 5) * 8000), i * 2);
-  return wavOf(data, 16000);
-}
+const wav = (ms) => tone(ms / 1000, { amp: 8000, step: 1 / 5 });
 
 test('text to speech on every route goes to ElevenLabs as sent, with the upstream key, and is billed by Tollgate\'s character count', async () => {
   const { standin, gw, client, key, account, debits } = await setup();
@@ -184,7 +171,7 @@ test('speech to speech and speech to text go to ElevenLabs as sent and are bille
   // Speech the stand-in made, as a WAV: it transcribes back to its text.
   const said = 'round trip';
   const pcm = audioOf(said, 'pcm_24000').body;
-  const file = wavOf(pcm, 24000);
+  const file = wavFile(pcm, 24000);
   const result = await client.speechToText.convert({ modelId: 'scribe_v1', file: new File([file], 'speech.wav', { type: 'audio/wav' }), tagAudioEvents: false });
   assert.equal(result.text, said);
   assert.equal(result.languageCode, 'eng');

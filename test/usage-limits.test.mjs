@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { MemoryLimiter } from '../dist/gate/limits/memory.js';
 import { RedisLimiter } from '../dist/gate/limits/redis.js';
+import { wav as silence } from './helpers/wav.mjs';
 import { startGateway, freshDatabase, clearRedisPrefix, bearer, chatBody, assertInvariants, REDIS_URL } from './helpers/gateway.mjs';
 
 const NOW = new Date().toISOString().slice(0, 7) + '-01';
@@ -190,13 +191,7 @@ test('a token limit holds across two instances on one Redis and one PostgreSQL: 
 test('an audio seconds limit holds a transcription\'s measured seconds: a 200 with what is left, then a 429 to retry', async (t) => {
   const gw = await startGateway(t, { store: 'pglite' });
   const { key, account } = await gw.account('1', { audioSecsPerMin: 5 });
-  const wav = (ms) => {
-    const data = Buffer.alloc(32 * ms);
-    const h = Buffer.alloc(44);
-    h.write('RIFF', 0); h.writeUInt32LE(36 + data.length, 4); h.write('WAVEfmt ', 8); h.writeUInt32LE(16, 16); h.writeUInt16LE(1, 20); h.writeUInt16LE(1, 22);
-    h.writeUInt32LE(16_000, 24); h.writeUInt32LE(32_000, 28); h.writeUInt16LE(2, 32); h.writeUInt16LE(16, 34); h.write('data', 36); h.writeUInt32LE(data.length, 40);
-    return Buffer.concat([h, data]);
-  };
+  const wav = (ms) => silence(ms / 1000, { amp: 0 });
   const transcribe = () => {
     const f = new FormData();
     f.append('model', 'whisper-1');
