@@ -2,7 +2,7 @@
 import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
 import { invalidKey } from '../gate/auth.js';
 import type { GatewayError } from '../errors.js';
-import type { PendingDebit } from '../gate/limits/types.js';
+import type { PendingDebit, QuotaAsk } from '../gate/limits/types.js';
 import type { KeyRecord } from '../store/keys.js';
 import { base62 } from '../store/ids.js';
 import { price, type UnitPrices, type Units } from '../ledger/pricing.js';
@@ -133,7 +133,8 @@ export class Charge {
    * same work twice. Zero usage bills nothing (a final one frees the hold). `reason` names a part's kind
    * in the ledger when a session has several (a realtime session's transcriptions and responses).
    */
-  async settle(u: Usage, opts: { seq?: number; final?: boolean; covers?: Nanodollars; extra?: Record<string, unknown>; reason?: string } = {}): Promise<{ cost: Nanodollars }> {
+  /** `freed` (a part): the usage reservation its `extend`s returned, given back to the key's usage limits before `u` is taken. */
+  async settle(u: Usage, opts: { seq?: number; final?: boolean; covers?: Nanodollars; extra?: Record<string, unknown>; reason?: string; freed?: QuotaAsk[] } = {}): Promise<{ cost: Nanodollars }> {
     const final = opts.final ?? true;
     if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
     const cost = this.cost(u);
@@ -142,7 +143,7 @@ export class Charge {
       // Nothing to bill: a final settle frees the hold; a part gives back what was held for it.
       // Its free receipt: the client left, or it was cut before producing anything (partial), or it used nothing.
       if (final) await this.release(opts.extra?.client_dropped === true ? 'client_dropped' : u.basis === 'partial' ? 'failed' : 'complete');
-      else await this.hold.shrink(covered);
+      else await this.hold.shrink(covered, opts.freed);
       return { cost };
     }
     if (final) { this.state = 'settled'; this.endWatch(); }
@@ -151,7 +152,7 @@ export class Charge {
     const entry = this.entry(u, cost, opts.extra ?? {}, opts.seq, opts.reason);
     const { debit } = this.debit(entry, opts.seq);
     try {
-      await this.hold.settle(debit, final, covered, u);
+      await this.hold.settle(debit, final, covered, u, opts.freed);
     } catch (e) {
       // The durable record could not be written (Redis unreachable): commit now, with the caller waiting.
       log('warn', 'durable settle failed; committing directly', { debit: debit.id, error: String((e as Error)?.message ?? e) });
@@ -168,9 +169,10 @@ export class Charge {
    * generation), under the admission rule: balance and ceiling are checked again, 402 when spent;
    * with `countsAsRequest` the unit takes a token of the key's rpm too (429 when there is none).
    */
-  async extend(amount: bigint, opts: { countsAsRequest?: boolean; cover?: boolean } = {}): Promise<void> {
+  /** `worst`: the stretch's worst-case usage, reserved under the key's usage limits (429 when one has too little left); resolves to what was reserved. */
+  async extend(amount: bigint, opts: { countsAsRequest?: boolean; cover?: boolean; worst?: Usage } = {}): Promise<QuotaAsk[]> {
     if (this.state !== 'open') throw new Error(`charge ${this.spec.id} is ${this.state}`);
-    await this.hold.extend(amount, opts);
+    return this.hold.extend(amount, opts);
   }
 
   /**

@@ -1,5 +1,7 @@
 // A Part: one billed stretch of a session (a generation, a response, a transcription): held, recorded and settled under its own ledger key.
 import { nd, type Nanodollars } from '../money.js';
+import type { QuotaAsk } from '../gate/limits/types.js';
+import { mergeAsks } from '../gate/limits/quota.js';
 import type { Charge } from './charge.js';
 import type { Usage } from './usage.js';
 
@@ -31,16 +33,20 @@ export class Part {
   private recorded = false;
   private state: 'open' | 'ended' = 'open';
   private billedCost: Nanodollars = nd(0n);
+  /** What this part reserved under the key's per-minute usage limits (given back at `end`, its use taken instead). */
+  private reserved: QuotaAsk[];
 
-  private constructor(private readonly charge: Charge, readonly seq: number, held: bigint, private readonly reason: string | undefined) {
+  private constructor(private readonly charge: Charge, readonly seq: number, held: bigint, private readonly reason: string | undefined, reserved: QuotaAsk[]) {
     this.heldSum = held;
+    this.reserved = reserved;
   }
 
   /** Holds the part's worst case on the session's charge; throws the admission's GatewayError when refused (nothing held, no number taken). */
   static async begin(charge: Charge, spec: PartSpec): Promise<Part> {
     const amount = amountOf(charge, spec.worst);
-    await charge.extend(amount, { countsAsRequest: spec.countsAsRequest === true, cover: spec.known === true });
-    return new Part(charge, charge.nextSeq(), amount, spec.reason);
+    // A worst case given as a usage is also reserved under the key's usage limits (429 like an HTTP request's admission).
+    const reserved = await charge.extend(amount, { countsAsRequest: spec.countsAsRequest === true, cover: spec.known === true, ...worstOf(spec.worst) });
+    return new Part(charge, charge.nextSeq(), amount, spec.reason, reserved);
   }
 
   /** The part's ledger idempotency key: its debit, its running records and a recovery of them are stored once under it. */
@@ -57,8 +63,9 @@ export class Part {
   async hold(more: Usage | Nanodollars, opts: { countsAsRequest?: boolean; known?: boolean } = {}): Promise<void> {
     if (this.state !== 'open') throw new Error(`part ${this.key} has ended`);
     const amount = amountOf(this.charge, more);
-    await this.charge.extend(amount, { countsAsRequest: opts.countsAsRequest === true, cover: opts.known === true });
+    const reserved = await this.charge.extend(amount, { countsAsRequest: opts.countsAsRequest === true, cover: opts.known === true, ...worstOf(more) });
     this.heldSum += amount;
+    if (reserved.length) this.reserved = mergeAsks(this.reserved, reserved, 1);
   }
 
   /** A running record would be written now (the part's first at once, then at most once a second). */
@@ -91,11 +98,15 @@ export class Part {
     if (this.state !== 'open') throw new Error(`part ${this.key} has ended`);
     this.state = 'ended';
     const reason = opts.reason ?? this.reason;
-    const { cost } = await this.charge.settle(u, { seq: this.seq, final: false, covers: this.held,
+    const { cost } = await this.charge.settle(u, { seq: this.seq, final: false, covers: this.held, ...(this.reserved.length ? { freed: this.reserved } : {}),
       ...(opts.extra ? { extra: opts.extra } : {}), ...(reason ? { reason } : {}) });
     this.billedCost = cost;
     return { cost };
   }
+}
+
+function worstOf(worst: Usage | Nanodollars): { worst?: Usage } {
+  return typeof worst === 'bigint' ? {} : { worst };
 }
 
 function amountOf(charge: Charge, worst: Usage | Nanodollars): Nanodollars {

@@ -3,7 +3,7 @@ import { GatewayError, limitsUnavailable, storeUnavailable } from '../errors.js'
 import type { KeyRecord } from '../store/keys.js';
 import type { StateCache } from './cache.js';
 import { invalidKey } from './auth.js';
-import type { AdmitOutcome, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit } from './limits/types.js';
+import type { AdmitOutcome, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit, QuotaAsk, QuotaState } from './limits/types.js';
 import { nanoToDecimal } from '../money.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Units } from '../ledger/pricing.js';
@@ -22,15 +22,21 @@ export interface Hold {
   /** Turns the hold into its priced debit (final) or adds a part beside it; resolves once durable. */
   /** Final: the hold becomes the debit. A part: the debit is added and `covered` (default: its amount) comes off the hold. */
   /** `used`: the usage billed, taken from the key's per-minute usage limits (a final gives back what admission reserved first). */
-  settle(debit: PendingDebit, final: boolean, covered?: bigint, used?: Units): Promise<void>;
-  /** Takes `amount` off the hold (a stretch held for that billed nothing); the slot stays. */
-  shrink(amount: bigint): Promise<void>;
+  /** `freed` (a part): the usage reservation its `extend` returned, given back before `used` is taken. */
+  settle(debit: PendingDebit, final: boolean, covered?: bigint, used?: Units, freed?: QuotaAsk[]): Promise<void>;
+  /** Takes `amount` off the hold (a stretch held for that billed nothing); the slot stays. `freed`: a part's usage reservation, given back. */
+  shrink(amount: bigint, freed?: QuotaAsk[]): Promise<void>;
   /** Records what the request has produced so far (billed if this process dies); resolves once written (or failed). */
   progress(debit: PendingDebit): Promise<void>;
   /** Raises the hold by `amount` for a long session's next stretch; refused like admission (402). */
   /** Holds `amount` more under the admission rule; `countsAsRequest` also takes a token of the key's rpm (a session's billed unit). */
   /** `cover`: `amount` is a known cost the balance and ceiling must cover (see `admit`). */
-  extend(amount: bigint, opts?: { countsAsRequest?: boolean; cover?: boolean }): Promise<void>;
+  /**
+   * `worst`: the stretch's worst-case usage, reserved under the key's per-minute usage limits (429
+   * `rate_limit_exceeded` as admission's when one has too little left); resolves to what was reserved,
+   * for the part to hand back as `freed` when it settles or shrinks.
+   */
+  extend(amount: bigint, opts?: { countsAsRequest?: boolean; cover?: boolean; worst?: Units }): Promise<QuotaAsk[]>;
 }
 
 export interface AdmissionDeps {
@@ -59,6 +65,20 @@ export { goDuration };
 const QUOTA_TYPE = { t: 'tokens', c: 'characters', a: 'audio_seconds' } as const;
 const QUOTA_NAME = { t: 'tokens per min (TPM)', c: 'characters per min', a: 'audio seconds per min' } as const;
 const shownQ = (dim: 't' | 'c' | 'a', n: number): number => (dim === 'a' ? Math.ceil(n / 1000) : n);
+
+/** The 429 of a worst case above a usage limit itself: it could never be admitted, so not worth a retry. */
+function tooLarge(key: KeyRecord, big: QuotaAsk): GatewayError {
+  return new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: QUOTA_TYPE[big.dim],
+    message: `Request too large for key ${key.prefix}... on ${QUOTA_NAME[big.dim]}: Limit ${shownQ(big.dim, big.limit)}, Requested ${shownQ(big.dim, big.need)}. Ask for less (a shorter input, a lower max_tokens) or raise the key's limit.`,
+    headers: { 'x-should-retry': 'false' } });
+}
+
+/** The 429 of a usage limit with less than `need` left (an HTTP request's admission or a session part's). */
+function quotaRefused(key: KeyRecord, q: QuotaState, need: number, retryMs: number, headers: Record<string, string>): GatewayError {
+  return new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: QUOTA_TYPE[q.dim], retryable: true,
+    message: `Rate limit reached for key ${key.prefix}... on ${QUOTA_NAME[q.dim]}: Limit ${shownQ(q.dim, q.limit)}, Used ${shownQ(q.dim, q.limit - q.remaining)}, Requested ${shownQ(q.dim, need)}. Please try again in ${goDuration(retryMs)}.`,
+    headers });
+}
 
 /**
  * A release that did not reach the limiter (Redis unreachable) is tried again in the background for
@@ -133,9 +153,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
   const big = quotas.find((q) => q.need > q.limit);
   if (big) {
     d.metrics.rejection('request_too_large');
-    throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: QUOTA_TYPE[big.dim],
-      message: `Request too large for key ${key.prefix}... on ${QUOTA_NAME[big.dim]}: Limit ${shownQ(big.dim, big.limit)}, Requested ${shownQ(big.dim, big.need)}. Ask for less (a shorter input, a lower max_tokens) or raise the key's limit.`,
-      headers: { 'x-should-retry': 'false' } });
+    throw tooLarge(key, big);
   }
   let state;
   try {
@@ -174,9 +192,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
           // The refused request took no token: the request budget is reported as it stands.
           headers: { ...rateHeaders(rpm, out.remaining, out.resetMs), ...retryHeaders(1000) } });
       case 'quota_exceeded':
-        throw new GatewayError({ status: 429, code: 'rate_limit_exceeded', type: QUOTA_TYPE[out.quota.dim], retryable: true,
-          message: `Rate limit reached for key ${key.prefix}... on ${QUOTA_NAME[out.quota.dim]}: Limit ${shownQ(out.quota.dim, out.quota.limit)}, Used ${shownQ(out.quota.dim, out.quota.limit - out.quota.remaining)}, Requested ${shownQ(out.quota.dim, out.need)}. Please try again in ${goDuration(out.retryMs)}.`,
-          headers: { ...rateHeaders(rpm, out.remaining, out.resetMs, [out.quota]), ...retryHeaders(out.retryMs) } });
+        throw quotaRefused(key, out.quota, out.need, out.retryMs, { ...rateHeaders(rpm, out.remaining, out.resetMs, [out.quota]), ...retryHeaders(out.retryMs) });
     }
   }
   let open = true;
@@ -195,12 +211,12 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       d.openHolds.releasing.add(p);
       await p;
     },
-    settle: async (debit, final, covered = debit.amount, used) => {
+    settle: async (debit, final, covered = debit.amount, used, freed) => {
       if (final && !close()) throw new Error(`hold ${holdId} is already closed`);
       if (!final) held -= covered < held ? covered : held;
       const taken = used ? quotaUse(usage, used) : [];
       try {
-        await d.limiter.settle(holdId, debit, final, covered, taken.length ? taken : undefined);
+        await d.limiter.settle(holdId, debit, final, covered, taken.length ? taken : undefined, !final && freed?.length ? freed : undefined);
       } catch (e) {
         // Not recorded (as far as we know): the caller commits the debit another way; the hold still goes.
         if (final) d.limiter.release(key.accountId, holdId).catch(() => retryRelease(d, key.accountId, holdId, 1));
@@ -208,12 +224,12 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       }
     },
     progress: (debit) => (open ? d.limiter.progress(holdId, debit) : Promise.resolve()),
-    shrink: async (amount) => {
-      if (!open || amount <= 0n) return;
-      const off = amount < held ? amount : held;
+    shrink: async (amount, freed) => {
+      if (!open || (amount <= 0n && !freed?.length)) return;
+      const off = amount <= 0n ? 0n : amount < held ? amount : held;
       held -= off;
-      // Best effort: a hold left too large only makes admission stricter until the session ends (its release frees all of it).
-      await d.limiter.shrink(key.accountId, holdId, off).catch(() => undefined);
+      // Best effort: a hold (or reservation) left too large only makes admission stricter until the session ends (its release frees all of it).
+      await d.limiter.shrink(key.accountId, holdId, off, freed?.length ? freed : undefined).catch(() => undefined);
     },
     extend: async (more, opts = {}) => {
       if (!open) throw new Error(`hold ${holdId} is closed`);
@@ -223,15 +239,20 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
       if (now.revokedAt) throw invalidKey(`The API key ${now.prefix}... has been revoked.`);
       const { balance, spent } = await moneyState(d, now);
       const nowRpm = effectiveLimits(now, d).rpm;
+      // The stretch's worst case under the key's usage limits as they are now (an HTTP request's admission reserves the same).
+      const quotas = quotaAsks(usageLimits(now), opts.worst);
+      const big = quotas.find((q) => q.need > q.limit);
+      if (big) { d.metrics.rejection('request_too_large'); throw tooLarge(now, big); }
       let r: ExtendOutcome;
       try {
         r = await d.limiter.extend({ holdId, accountId: key.accountId, keyId: key.id, amount: more, balance, ceiling: now.spendLimit, spent, ttlMs: d.holdTtlMs,
-          cover: opts.cover === true && !d.allowOverdraft, ...(opts.countsAsRequest ? { rpm: nowRpm } : {}) });
+          cover: opts.cover === true && !d.allowOverdraft, ...(opts.countsAsRequest ? { rpm: nowRpm } : {}), ...(quotas.length ? { quotas } : {}) });
       } catch {
         throw limitsUnavailable();
       }
-      if (r.ok) { held += more; return; }
+      if (r.ok) { held += more; return quotas; }
       d.metrics.rejection(r.reason);
+      if (r.reason === 'quota_exceeded') throw quotaRefused(now, r.quota, r.need, r.retryMs, retryHeaders(r.retryMs));
       if (r.reason === 'rate_limit_exceeded') {
         throw new GatewayError({ code: 'rate_limit_exceeded', retryable: true,
           message: `Rate limit reached for key ${key.prefix}... on requests per min (RPM): Limit ${nowRpm}. Please try again in ${goDuration(r.retryMs)}.`,

@@ -1,7 +1,7 @@
 // The in-process limiter: the same admission, hold and pending-debit rules as the Redis scripts, for a single instance.
 import type { DebitJournal } from '../../ledger/journal.js';
 import type { AdmitInput, AdmitOutcome, CommittedState, ExtendInput, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit, QuotaAsk, QuotaUse } from './types.js';
-import { QuotaBuckets } from './quota.js';
+import { mergeAsks, QuotaBuckets } from './quota.js';
 
 interface Bucket { tokens: number; ts: number }
 interface Spend { start: string; spent: bigint; version: bigint }
@@ -73,17 +73,27 @@ export class MemoryLimiter implements Limiter {
     const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
     const refused = this.money(acct, i, mine.amount, i.amount);
     if (refused) return refused;
+    const now = Date.now();
+    let take: (() => void) | null = null;
     if (i.rpm !== undefined) {
       // A session's billed unit counts as a request: it takes a token of the key's rpm.
-      const now = Date.now();
       const rate = i.rpm / 60_000;
       const b = this.buckets.get(i.keyId) ?? { tokens: i.rpm, ts: now };
       const tokens = Math.min(i.rpm, b.tokens + (now - b.ts) * rate);
       b.ts = now;
+      b.tokens = tokens;
       this.buckets.set(i.keyId, b);
-      if (tokens < 1) { b.tokens = tokens; return { ok: false, reason: 'rate_limit_exceeded', retryMs: Math.ceil((1 - tokens) / rate) }; }
-      b.tokens = tokens - 1;
+      if (tokens < 1) return { ok: false, reason: 'rate_limit_exceeded', retryMs: Math.ceil((1 - tokens) / rate) };
+      take = () => { b.tokens = tokens - 1; };
     }
+    if (i.quotas?.length) {
+      // The part's worst case under the key's usage limits: refused with nothing taken, or reserved on the hold.
+      const short = this.quotas.refusal(i.keyId, i.quotas, now);
+      if (short) return { ok: false, reason: 'quota_exceeded', ...short };
+      this.quotas.take(i.keyId, i.quotas, now);
+      h.quotas = mergeAsks(h.quotas, i.quotas, 1);
+    }
+    take?.();
     h.amount += i.amount;
     h.exp = Date.now() + i.ttlMs;
     acct.total += i.amount;
@@ -119,11 +129,12 @@ export class MemoryLimiter implements Limiter {
     if (this.progressed.delete(holdId)) this.journal?.committed([holdId]);
   }
 
-  async settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount, used?: QuotaUse): Promise<void> {
+  async settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount, used?: QuotaUse, freed?: QuotaUse): Promise<void> {
     // The journal line first: once it is written, the debit survives this process.
     this.journal?.record(d.id, d.entry);
     const acct = this.account(d.accountId);
     const again = acct.pending.has(d.id);
+    if (!final && !again && freed?.length) this.free(acct, holdId, freed);
     if (final) {
       this.drop(acct, holdId);
       if (this.progressed.delete(holdId) && d.id !== holdId) this.journal?.committed([holdId]);
@@ -135,8 +146,19 @@ export class MemoryLimiter implements Limiter {
     this.addPending(acct, d);
   }
 
-  async shrink(accountId: string, holdId: string, amount: bigint): Promise<void> {
-    this.shrinkHold(this.account(accountId), holdId, amount);
+  async shrink(accountId: string, holdId: string, amount: bigint, freed?: QuotaUse): Promise<void> {
+    const acct = this.account(accountId);
+    if (freed?.length) this.free(acct, holdId, freed);
+    this.shrinkHold(acct, holdId, amount);
+  }
+
+  /** Gives a part's usage reservation back to the key's buckets and takes it off its hold's record. */
+  private free(acct: Account, holdId: string, freed: QuotaUse): void {
+    const h = acct.holds.get(holdId);
+    if (!h) return;
+    this.quotas.give(h.keyId, freed, Date.now());
+    const left = mergeAsks(h.quotas, freed, -1);
+    if (left.length) h.quotas = left; else delete h.quotas;
   }
 
   /** Takes `amount` off an open hold (a part settled the stretch it covered), never below zero. */

@@ -50,3 +50,14 @@ export class QuotaBuckets {
 function state(dim: QuotaState['dim'], l: Level): QuotaState {
   return { dim, limit: l.limit, remaining: Math.max(0, Math.floor(l.v)), resetMs: Math.max(0, Math.ceil((l.limit - l.v) / (l.limit / 60_000))) };
 }
+
+/** `base` plus `sign` times `more`, per dimension (the latest limit kept; none below zero, zeros dropped): a hold's reservation as its session's parts add and free theirs. */
+export function mergeAsks(base: readonly QuotaAsk[] | undefined, more: readonly QuotaAsk[], sign: 1 | -1): QuotaAsk[] {
+  const out = new Map<QuotaAsk['dim'], QuotaAsk>();
+  for (const q of base ?? []) out.set(q.dim, { ...q });
+  for (const q of more) {
+    const cur = out.get(q.dim) ?? { dim: q.dim, limit: q.limit, need: 0 };
+    out.set(q.dim, { dim: q.dim, limit: q.limit, need: Math.max(0, cur.need + sign * q.need) });
+  }
+  return [...out.values()].filter((q) => q.need > 0);
+}

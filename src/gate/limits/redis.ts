@@ -45,6 +45,25 @@ local function qmove(sum, k, spec, sign, now)
     qset(qk, d, limit, math.min(limit, qlevel(qk, d, limit, now) + sign * tonumber(n)), now)
   end
 end
+-- Adds sign * spec to hold r's reservation record (what dropping it gives back): a session's parts add theirs and take them off as they end.
+local function qresv(sum, r, k, spec, sign)
+  if spec == nil or spec == '' then return end
+  local resv = qbase(sum) .. ':resv'
+  local rec = redis.call('HGET', resv, r)
+  local cur, order = {}, {}
+  if rec then
+    local _, s = string.match(rec, '^([^|]*)|(.*)$')
+    for d, l, n in string.gmatch(s, '(%a):(%d+):(%d+)') do cur[d] = {l, tonumber(n)}; table.insert(order, d) end
+  end
+  for d, l, n in string.gmatch(spec, '(%a):(%d+):(%d+)') do
+    if not cur[d] then cur[d] = {l, 0}; table.insert(order, d) end
+    cur[d][1] = l
+    cur[d][2] = math.max(0, cur[d][2] + sign * tonumber(n))
+  end
+  local parts = {}
+  for _, d in ipairs(order) do if cur[d][2] > 0 then table.insert(parts, d .. ':' .. cur[d][1] .. ':' .. string.format('%d', cur[d][2])) end end
+  if #parts == 0 then redis.call('HDEL', resv, r) else redis.call('HSET', resv, r, k .. '|' .. table.concat(parts, ',')) end
+end
 local function qrefund(sum, r)
   local resv = qbase(sum) .. ':resv'
   local rec = redis.call('HGET', resv, r)
@@ -170,7 +189,8 @@ idle_expiry(sum, pend, ttl + 60000)
 return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}
 `;
 
-// KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token) cover
+// KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token) cover quotas
+// quotas ("dim:limit:need,..."): a session part's worst case under the key's usage limits, reserved on the hold (given back when it is dropped).
 const EXTEND = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -180,17 +200,36 @@ if not rec then return {3} end
 local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
 local m, left = money(sum, k, ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[2], ARGV[12])
 if m ~= 0 then return {m, string.format('%d', left)} end
+local rpm, rate, tokens = nil, nil, nil
 if ARGV[11] ~= '' then
   -- A session's billed unit counts as a request: it takes a token of the key's rpm.
-  local rpm = tonumber(ARGV[11])
-  local rate = rpm / 60000
+  rpm = tonumber(ARGV[11])
+  rate = rpm / 60000
   local b = redis.call('HMGET', rb, 't', 'ts')
-  local tokens = math.min(rpm, (tonumber(b[1]) or rpm) + math.max(0, now - (tonumber(b[2]) or now)) * rate)
+  tokens = math.min(rpm, (tonumber(b[1]) or rpm) + math.max(0, now - (tonumber(b[2]) or now)) * rate)
   if tokens < 1 then
     redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
     redis.call('PEXPIRE', rb, 120000)
     return {4, math.ceil((1 - tokens) / rate)}
   end
+end
+local qspec = ARGV[13] or ''
+if qspec ~= '' then
+  local qk = qbase(sum) .. ':q:' .. k
+  for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+    local limit, need = tonumber(l), tonumber(n)
+    local v = qlevel(qk, d, limit, now)
+    -- Refused: no token taken, nothing reserved.
+    if v < need then return {5, d, math.floor(v), math.ceil((limit - v) * 60000 / limit), math.ceil((need - v) * 60000 / limit)} end
+  end
+  for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+    local limit = tonumber(l)
+    qset(qk, d, limit, qlevel(qk, d, limit, now) - tonumber(n), now)
+  end
+  qresv(sum, ARGV[1], k, qspec, 1)
+  redis.call('PEXPIRE', qbase(sum) .. ':resv', tonumber(ARGV[10]) + 60000)
+end
+if rpm then
   redis.call('HSET', rb, 't', tostring(tokens - 1), 'ts', tostring(now))
   redis.call('PEXPIRE', rb, 120000)
 end
@@ -200,11 +239,16 @@ redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
 return {0}
 `;
 
-// KEYS: sum holds. ARGV: hold amount. Takes amount (at most the hold's) off an open hold; its slot stays.
+// KEYS: sum holds. ARGV: hold amount freed. Takes amount (at most the hold's) off an open hold; its slot stays.
+// freed: a part's usage reservation, given back to the key's buckets and taken off the hold's record.
 const SHRINK = `${LIB}
 local rec = redis.call('HGET', KEYS[2], ARGV[1])
 if not rec then return 0 end
 local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+if (ARGV[3] or '') ~= '' then
+  qmove(KEYS[1], k, ARGV[3], 1, qnow())
+  qresv(KEYS[1], ARGV[1], k, ARGV[3], -1)
+end
 local off = math.min(tonumber(amt), tonumber(ARGV[2]))
 if off <= 0 then return 0 end
 redis.call('HSET', KEYS[2], ARGV[1], k .. '|' .. string.format('%d', tonumber(amt) - off) .. '|' .. owner)
@@ -218,11 +262,16 @@ for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
 return #ARGV
 `;
 
-// KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final covered used
+// KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final covered used freed
+// freed: a part's usage reservation, given back (and taken off the hold's record) before its use is taken.
 const SETTLE = `${LIB}
 local owner = ARGV[1]
 local now = qnow()
-for i = 2, #ARGV, 8 do
+for i = 2, #ARGV, 9 do
+  if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not redis.call('HGET', KEYS[5], ARGV[i + 1]) then
+    qmove(KEYS[1], ARGV[i + 2], ARGV[i + 8], 1, now)
+    qresv(KEYS[1], ARGV[i], ARGV[i + 2], ARGV[i + 8], -1)
+  end
   -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
   local prior = redis.call('HGET', KEYS[5], ARGV[i + 1])
   if ARGV[i + 5] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i])
@@ -363,7 +412,7 @@ export class RedisLimiter implements Limiter {
   readonly owner = `i${randomBytes(6).toString('hex')}`;
   private readonly redis: Scripted;
   private releases = new Map<string, Batch<string>>();
-  private settles = new Map<string, Batch<[string, PendingDebit, boolean, bigint, string]>>();
+  private settles = new Map<string, Batch<[string, PendingDebit, boolean, bigint, string, string]>>();
   private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
   /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
   private readonly listed = new Set<string>();
@@ -471,9 +520,13 @@ export class RedisLimiter implements Limiter {
     const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
     const r = await this.redis.tgExtend(sum, holds, exp, this.rpmKey(i.accountId, i.keyId), i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
       i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs),
-      i.rpm === undefined ? '' : String(i.rpm), i.cover ? '1' : '');
+      i.rpm === undefined ? '' : String(i.rpm), i.cover ? '1' : '', quotaArg(i.quotas));
     switch (r[0]) {
       case 0: return { ok: true };
+      case 5: {
+        const q = i.quotas!.find((x) => x.dim === r[1])!;
+        return { ok: false, reason: 'quota_exceeded', quota: { dim: q.dim, limit: q.limit, remaining: Math.max(0, Number(r[2])), resetMs: Number(r[3]) }, need: q.need, retryMs: Number(r[4]) };
+      }
       case 1: return { ok: false, reason: 'insufficient_balance', available: BigInt(r[1]!) };
       case 2: return { ok: false, reason: 'key_spend_limit_reached', available: BigInt(r[1]!) };
       case 4: return { ok: false, reason: 'rate_limit_exceeded', retryMs: Number(r[1]) };
@@ -481,10 +534,10 @@ export class RedisLimiter implements Limiter {
     }
   }
 
-  async shrink(accountId: string, holdId: string, amount: bigint): Promise<void> {
-    if (amount <= 0n) return;
+  async shrink(accountId: string, holdId: string, amount: bigint, freed?: QuotaUse): Promise<void> {
+    if (amount <= 0n && !freed?.length) return;
     const [sum, holds] = this.keys(accountId);
-    await this.redis.tgShrink(sum, holds, holdId, amount.toString());
+    await this.redis.tgShrink(sum, holds, holdId, (amount < 0n ? 0n : amount).toString(), quotaArg(freed));
   }
 
   /**
@@ -506,9 +559,9 @@ export class RedisLimiter implements Limiter {
   }
 
   /** Like releases, the turn's settles of one account go as one script call; each resolves once Redis has it. */
-  settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount, used?: QuotaUse): Promise<void> {
+  settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount, used?: QuotaUse, freed?: QuotaUse): Promise<void> {
     this.list(d.accountId);
-    return this.queue(this.settles, d.accountId, [holdId, d, final, covered, quotaArg(used)], () => this.flushSettles());
+    return this.queue(this.settles, d.accountId, [holdId, d, final, covered, quotaArg(used), quotaArg(freed)], () => this.flushSettles());
   }
 
   private flushSettles(): void {
@@ -517,7 +570,7 @@ export class RedisLimiter implements Limiter {
     for (const [accountId, b] of due) {
       inCalls(b.items, (part) => {
         const args: string[] = [this.owner];
-        for (const [holdId, d, final, covered, used] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString(), used);
+        for (const [holdId, d, final, covered, used, freed] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString(), used, freed);
         return this.redis.tgSettle(...this.keys(accountId), ...args);
       }).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }

@@ -51,6 +51,11 @@ export type ExtendInput = Pick<AdmitInput, 'holdId' | 'accountId' | 'keyId' | 'b
   amount: bigint;
   /** The key's rpm, when this extension is a billed unit of a session that counts as a request (it takes a token). */
   rpm?: number;
+  /**
+   * A session part's worst case under the key's usage limits: each must have `need` left, which the
+   * hold then reserves (given back when the part settles or shrinks with it as `freed`, or the hold is dropped).
+   */
+  quotas?: QuotaAsk[];
 };
 
 /** A money refusal: what was left (the balance less holds and pending debits, or the ceiling's remainder) when it was asked. */
@@ -60,7 +65,9 @@ export type ExtendOutcome =
   | { ok: true }
   | MoneyRefusal
   | { ok: false; reason: 'missing' }
-  | { ok: false; reason: 'rate_limit_exceeded'; retryMs: number };
+  | { ok: false; reason: 'rate_limit_exceeded'; retryMs: number }
+  /** A usage limit had less than `need` left: nothing taken (no rpm token, no reservation). */
+  | { ok: false; reason: 'quota_exceeded'; quota: QuotaState; need: number; retryMs: number };
 
 export type AdmitOutcome =
   | { ok: true; remaining: number; resetMs: number; quotas?: QuotaState[] }
@@ -104,16 +111,17 @@ export interface Limiter {
    * Takes `amount` off an open hold, never below zero, keeping its slot: a session's stretch that
    * was held for and billed nothing (a failed generation or response). A missing hold is no error.
    */
-  shrink(accountId: string, holdId: string, amount: bigint): Promise<void>;
+  shrink(accountId: string, holdId: string, amount: bigint, freed?: QuotaUse): Promise<void>;
   /**
    * Replaces a hold by its priced debit (final) or adds a part beside it (not final), durably: in
    * Redis in the same script that frees the hold, in process through an append-only journal.
    * A part takes `covered` off the hold (the stretch of it the part used, never below zero), so a
    * session's hold plus its pending parts never count the same work twice. Resolves once it is
    * durable; the ledger commit comes after. A final settle refunds the hold's reserved quotas; then
-   * (final or not) `used` is taken from the key's buckets, in the same script.
+   * (final or not) `used` is taken from the key's buckets, in the same script. `freed` (a part): the
+   * usage reservation its `extend` made, given back first (a shrink's `freed` likewise).
    */
-  settle(holdId: string, debit: PendingDebit, final: boolean, covered?: bigint, used?: QuotaUse): Promise<void>;
+  settle(holdId: string, debit: PendingDebit, final: boolean, covered?: bigint, used?: QuotaUse, freed?: QuotaUse): Promise<void>;
   /**
    * Records what an open hold has produced so far, so that a crash still bills it. Best effort: the
    * promise resolves once the record is written, or once writing it failed; it never rejects.
