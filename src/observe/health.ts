@@ -82,6 +82,9 @@ export class TcpUpstreamHealth implements UpstreamHealth {
   }
 }
 
+/** Failed probes in a row before a store counts as down (its 401s and 402s answered as 503). */
+const STORE_DOWN_AFTER = 2;
+
 /** Probes the stores every `probeMs` (a `SELECT 1`, a `PING`), and reports what it saw last. */
 export class HealthMonitor {
   private readonly pg = new Tracked();
@@ -90,6 +93,8 @@ export class HealthMonitor {
   private running: Promise<void> = Promise.resolve();
   /** Set by the front end while it drains (shutting down): the instance admits nothing new. */
   draining = false;
+  /** Failed probes in a row, per store. */
+  private readonly failures = new Map<Tracked, number>();
 
   constructor(private readonly p: HealthProbes) {
     if (!p.postgres) this.pg.set('up', 'embedded (PGlite, in process)');
@@ -112,9 +117,19 @@ export class HealthMonitor {
   }
 
   async probe(): Promise<void> {
+    // A store is down after STORE_DOWN_AFTER failed probes in a row: one slow answer on a loaded machine
+    // (or a cluster still loading its slots) must not turn every 402 into a 503 for a second.
     const one = async (t: Tracked, fn: (() => Promise<void>) | null) => {
       if (!fn) return;
-      try { await withTimeout(fn(), this.p.timeoutMs); t.set('up'); } catch (e) { t.set('down', String((e as Error)?.message ?? e).slice(0, 200)); }
+      try {
+        await withTimeout(fn(), this.p.timeoutMs);
+        this.failures.set(t, 0);
+        t.set('up');
+      } catch (e) {
+        const n = (this.failures.get(t) ?? 0) + 1;
+        this.failures.set(t, n);
+        if (n >= STORE_DOWN_AFTER || t.check.state === 'down') t.set('down', String((e as Error)?.message ?? e).slice(0, 200));
+      }
     };
     await Promise.all([one(this.pg, this.p.postgres), one(this.redis, this.p.redis), this.p.upstreams.refresh().catch(() => undefined)]);
   }
