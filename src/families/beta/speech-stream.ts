@@ -219,17 +219,15 @@ export function refusedFormat(o: StreamOptions): EndHow | null {
 }
 
 /**
- * How a session is refused or stopped mid-way (a refused generation, the inactivity timeout, a bad
- * first frame, an upstream failure): closed at once with `code`. A reason longer than a close frame
- * holds goes first as the family's message `{message, error, code}` (the close then carries its code
- * part). `billed`: the session was stopped for money or rate (its next generation refused), and the
- * message says what it was billed in all.
+ * How a session is refused or stopped mid-way (the inactivity timeout, too many contexts, an upstream
+ * failure): closed at once with `code`. A reason longer than a close frame holds goes first as the
+ * family's message `{message, error, code}` (the close then carries its code part). A refusal that is
+ * a GatewayError (the key, the money, a limit) goes through `refusedBy`.
  */
-export function refusal(code: number, reason: string, billed?: bigint): EndHow {
-  const told = billed === undefined ? reason : `${reason} This session was billed $${nanoToDecimal(billed)} (${billed} nd) in all.`;
-  if (Buffer.byteLength(told) <= 123) return { code, reason: told, now: true };
+export function refusal(code: number, reason: string): EndHow {
+  if (Buffer.byteLength(reason) <= 123) return { code, reason, now: true };
   const short = reason.slice(0, reason.indexOf(':') > 0 ? reason.indexOf(':') : 100);
-  return { code, reason: short, message: JSON.stringify({ message: told, error: short, code }), now: true };
+  return { code, reason: short, message: JSON.stringify({ message: reason, error: short, code }), now: true };
 }
 
 /**

@@ -171,9 +171,9 @@ class StreamInput implements SessionHandler {
     await this.socket.send(JSON.stringify({ message, error: 'invalid_message', code: POLICY }));
   }
 
-  /** Ends the session at once with `code` (the reason as the family's message when long; what was billed when `billed` is given). */
-  private refuse(code: number, reason: string, billed?: bigint): void {
-    void this.stop(refusal(code, reason, billed));
+  /** Ends the session at once with `code` (the reason as the family's message when long). */
+  private refuse(code: number, reason: string): void {
+    void this.stop(refusal(code, reason));
   }
 
   /** The session's end: the timer off, then SessionEnd (nothing new starts, what is under way settles, the close, the slot freed). */
