@@ -6,9 +6,9 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from '../node_modules/pg/lib/index.js';
 import { Redis } from '../node_modules/ioredis/built/index.js';
 import WebSocket from 'ws';
+import { ledgerOf, redisLen } from './helpers/recovery.mjs';
 import { startGateway, freshDatabase, clearRedisPrefix, bearer, chatBody, priceNano, dollarsToNano, REDIS_URL } from './helpers/gateway.mjs';
 
 const UPSTREAMS = { sim: { sim: { token_delay_ms: 2 } } };
@@ -96,20 +96,6 @@ function summary(records) {
   return JSON.stringify(by);
 }
 
-/** Number of entries in a Redis key of any type; an absent key is empty. */
-async function redisLen(redis, key) {
-  const type = await redis.type(key);
-  switch (type) {
-    case 'none': return 0;
-    case 'hash': return redis.hlen(key);
-    case 'zset': return redis.zcard(key);
-    case 'set': return redis.scard(key);
-    case 'list': return redis.llen(key);
-    case 'stream': return redis.xlen(key);
-    default: return 1;
-  }
-}
-
 test('a gateway killed with kill -9 under load on PostgreSQL + Redis loses no debit: every served request is billed exactly once and no hold is left', async (t) => {
   const db = await freshDatabase();
   const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
@@ -163,16 +149,7 @@ test('a gateway killed with kill -9 under load on PostgreSQL + Redis loses no de
   await b.stop();
   t.diagnostic(`instance B stopped: ${JSON.stringify(await b.exited)}`);
 
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
-  let debits, balance, total;
-  try {
-    debits = (await c.query(`SELECT idem_key, amount_nd::text AS amount, usage FROM ledger WHERE account_id = $1 AND kind = 'debit'`, [account])).rows;
-    balance = BigInt((await c.query('SELECT balance_nd::text AS b FROM accounts WHERE id = $1', [account])).rows[0].b);
-    total = BigInt((await c.query('SELECT coalesce(sum(amount_nd), 0)::text AS s FROM ledger WHERE account_id = $1', [account])).rows[0].s);
-  } finally {
-    await c.end();
-  }
+  const { debits, balance, total } = await ledgerOf(db.url, account);
   const exact = new Map(); // idem_key → rows stored under exactly that key
   const byBase = new Map(); // id before any `~nonce` → rows
   for (const d of debits) {
@@ -407,16 +384,7 @@ test('stream-input sessions on a gateway killed with kill -9 mid-generation: the
   t.diagnostic(`holds and pending debits cleared ${Date.now() - killedAt} ms after the kill`);
   await b.stop();
 
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
-  let debits, balance, total;
-  try {
-    debits = (await c.query(`SELECT idem_key, amount_nd::text AS amount, usage FROM ledger WHERE account_id = $1 AND kind = 'debit'`, [account])).rows;
-    balance = BigInt((await c.query('SELECT balance_nd::text AS b FROM accounts WHERE id = $1', [account])).rows[0].b);
-    total = BigInt((await c.query('SELECT coalesce(sum(amount_nd), 0)::text AS s FROM ledger WHERE account_id = $1', [account])).rows[0].s);
-  } finally {
-    await c.end();
-  }
+  const { debits, balance, total } = await ledgerOf(db.url, account);
   t.diagnostic(`debits: ${debits.map((d) => `${d.idem_key} ${d.amount} ${JSON.stringify(d.usage)}`).join('; ')}`);
   assert.equal(debits.length, 3, 'one debit for each generation started: x#1, x#2 (cut by the kill), y#1');
   assert.ok(debits.every((d) => /^sess_[^#~]+#\d$/.test(d.idem_key)), `each under its session and generation, none stored twice: ${debits.map((d) => d.idem_key)}`);
@@ -522,16 +490,7 @@ test('realtime sessions on a gateway killed with kill -9 mid-response: recovery 
   await waitFor('recovery by the surviving instance', async () => (await redis.hlen(`${prefix}{${account}}:holds`)) === 0
     && (await redisLen(redis, `${prefix}{${account}}:pend`)) === 0, 30_000);
   await b.stop();
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
-  let debits, balance, total;
-  try {
-    debits = (await c.query(`SELECT idem_key, amount_nd::text AS amount, usage FROM ledger WHERE account_id = $1 AND kind = 'debit' ORDER BY idem_key`, [account])).rows;
-    balance = BigInt((await c.query('SELECT balance_nd::text AS b FROM accounts WHERE id = $1', [account])).rows[0].b);
-    total = BigInt((await c.query('SELECT coalesce(sum(amount_nd), 0)::text AS s FROM ledger WHERE account_id = $1', [account])).rows[0].s);
-  } finally {
-    await c.end();
-  }
+  const { debits, balance, total } = await ledgerOf(db.url, account);
   t.diagnostic(`debits: ${debits.map((d) => `${d.idem_key} ${d.amount} ${JSON.stringify(d.usage)}`).join('; ')}`);
   assert.equal(debits.length, 3, 'one debit per response: S#1, S#2 (cut by the kill), Z#1');
   assert.ok(debits.every((d) => /^sess_[^#~]+#\d$/.test(d.idem_key)), `each under its session and response, none stored twice: ${debits.map((d) => d.idem_key)}`);

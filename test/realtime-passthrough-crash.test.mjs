@@ -6,8 +6,8 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from '../node_modules/pg/lib/index.js';
 import { Redis } from '../node_modules/ioredis/built/index.js';
+import { ledgerOf, redisLen } from './helpers/recovery.mjs';
 import { startGateway, freshDatabase, clearRedisPrefix, dollarsToNano, TEST_MODELS, REDIS_URL } from './helpers/gateway.mjs';
 import { connect } from './helpers/ws.mjs';
 
@@ -34,11 +34,6 @@ const waitFor = async (what, fn, ms = 20_000) => {
   while (!(await fn())) { if (Date.now() > end) throw new Error(`timed out waiting for ${what}`); await sleep(25); }
 };
 
-/** Debits waiting in a Redis key of any type (an absent key: none). */
-async function pendingDebits(redis, key) {
-  const lengths = { none: async () => 0, hash: () => redis.hlen(key), zset: () => redis.zcard(key), set: () => redis.scard(key), list: () => redis.llen(key), stream: () => redis.xlen(key) };
-  return (lengths[await redis.type(key)] ?? (async () => 1))();
-}
 
 const user = (text) => ({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text }] } });
 
@@ -102,18 +97,9 @@ test('a realtime pass-through killed with kill -9 mid-response (PostgreSQL + Red
   };
   const { first, idle, record, sessionId } = await killDuringResponse(t, a, key, lastRecord);
   await waitFor('recovery by the surviving instance', async () => (await redis.hlen(`${prefix}{${account}}:holds`)) === 0
-    && (await pendingDebits(redis, `${prefix}{${account}}:pend`)) === 0, 30_000);
+    && (await redisLen(redis, `${prefix}{${account}}:pend`)) === 0, 30_000);
   await b.stop();
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
-  let debits, balance, total;
-  try {
-    debits = (await c.query(`SELECT idem_key, amount_nd::text AS amount, usage FROM ledger WHERE account_id = $1 AND kind = 'debit' ORDER BY idem_key`, [account])).rows;
-    balance = BigInt((await c.query('SELECT balance_nd::text AS b FROM accounts WHERE id = $1', [account])).rows[0].b);
-    total = BigInt((await c.query('SELECT coalesce(sum(amount_nd), 0)::text AS s FROM ledger WHERE account_id = $1', [account])).rows[0].s);
-  } finally {
-    await c.end();
-  }
+  const { debits, balance, total } = await ledgerOf(db.url, account);
   t.diagnostic(`debits: ${debits.map((d) => `${d.idem_key} ${d.amount} ${JSON.stringify(d.usage)}`).join('; ')}`);
   assert.equal(debits.length, 3, 'one debit per response: S#1, S#2 (cut by the kill), Z#1');
   const of = (k) => debits.find((d) => d.idem_key === k);
