@@ -4,8 +4,9 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import pg from '../node_modules/pg/lib/index.js';
 import { Cluster } from '../node_modules/ioredis/built/index.js';
-import { startGateway, freshDatabase, bearer, chatBody, priceNano, dollarsToNano } from './helpers/gateway.mjs';
+import { startGateway, freshDatabase, bearer, chatBody } from './helpers/gateway.mjs';
 import { startRedisCluster, startRedisSentinel } from './helpers/redis-cluster.mjs';
+import { burstsOnTwo } from './helpers/bursts.mjs';
 import { Redis } from '../node_modules/ioredis/built/index.js';
 import { parseRedisUrl } from '../dist/gate/limits/redis-connect.js';
 
@@ -91,26 +92,7 @@ test('on a Redis Cluster, two instances share one key\'s rpm budget, and every k
 
 test('on a Redis Cluster, two instances taking turns in bursts pass a balance and a ceiling by at most one request', async (t) => {
   const { a, b, db } = pair ?? (pair = await twoOnCluster(shared));
-  const poor = await a.account('0.01', { rpm: 1_000_000, concurrency: 1000 });
-  const capped = await a.account('10', { rpm: 1_000_000, concurrency: 1000, spendLimit: '0.005', period: 'daily' });
-  const body = chatBody({ max_tokens: 64 });
-  const worst = priceNano(Buffer.byteLength(body), 64);
-  const served = { poor: [], capped: [] };
-  for (let round = 0; round < 6; round++) {
-    const gw = round % 2 ? b : a;
-    await Promise.all([poor, capped].flatMap((acct) => Array.from({ length: 30 }, async () => {
-      const res = await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(acct.key), body });
-      const j = await res.json();
-      if (res.status === 200) served[acct === poor ? 'poor' : 'capped'].push(priceNano(j.usage.prompt_tokens, j.usage.completion_tokens));
-      else assert.equal(res.status, 402, JSON.stringify(j));
-    })));
-  }
-  const spentPoor = served.poor.reduce((x, y) => x + y, 0n);
-  const spentCapped = served.capped.reduce((x, y) => x + y, 0n);
-  t.diagnostic(`poor: ${served.poor.length} served, ${spentPoor} nd of 10,000,000; capped: ${served.capped.length} served, ${spentCapped} nd of a 5,000,000 ceiling; one request at most ${worst} nd`);
-  assert.ok(served.poor.length > 10 && served.capped.length > 10, 'both accounts were served before their limits');
-  assert.ok(spentPoor - dollarsToNano('0.01') <= worst, `balance passed by ${spentPoor - dollarsToNano('0.01')} nd, more than one request (${worst})`);
-  assert.ok(spentCapped - dollarsToNano('0.005') <= worst, `ceiling passed by ${spentCapped - dollarsToNano('0.005')} nd, more than one request (${worst})`);
+  const { poor, capped, spentPoor, spentCapped } = await burstsOnTwo(t, a, b);
   for (const acct of [poor, capped]) {
     for (let i = 0; ; i++) {
       const l = await ledgerOf(db.url, acct.account);
