@@ -178,7 +178,7 @@ export interface PoolEntry { name: string; weight: number; priority: number; ups
 
 export interface ModelConfig {
   id: string;
-  /** The pool's first upstream: the one sessions and voice cloning use, and whose capabilities the routes read. */
+  /** The pool's first upstream: the one whose capabilities the routes read (every request, session and clone goes over `pool`). */
   upstream: string;
   /** Every upstream that serves the model (one entry when `upstream` names one). */
   pool: readonly PoolEntry[];
@@ -482,8 +482,6 @@ function poolOf(m: RawConfig['models'][number], i: number, upstreams: ReadonlyMa
   const pool = list.map((e): PoolEntry => (typeof e === 'string'
     ? { name: e, weight: 1, priority: 0, upstreamModel: base }
     : { name: e.name, weight: e.weight ?? 1, priority: e.priority ?? 0, upstreamModel: e.upstream_model ?? base }));
-  // A cloned voice lives on the one upstream that cloned it: its models are not pooled.
-  if (pool.length > 1 && (m.voice_cloning || m.kind === 'sts')) fail(`/models/${i}/upstream`, 'a voice-cloning tts model or a sts model (which speak cloned voices) names one upstream');
   const where = (j: number) => (typeof m.upstream === 'string' ? `/models/${i}/upstream` : `/models/${i}/upstream/${j}`);
   pool.forEach((e, j) => {
     // Only the text routes build their body per upstream; the speech routes send one body to whichever answers.

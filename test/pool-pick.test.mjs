@@ -55,7 +55,8 @@ test('config: `upstream` is a name or a pool of names and {name, weight, priorit
   assert.throws(() => load(chat('c', ['a', 'x'])), /\/models\/0\/upstream\/1: no upstream named "x"/);
   assert.throws(() => load(chat('c', ['a', 'a'])), /listed twice/);
   assert.throws(() => load(chat('c', ['a', 's'])), /\/models\/0\/upstream\/1: upstream "s" differs from "a" in continuous_usage_stats/);
-  assert.throws(() => load({ id: 't', kind: 'tts', per_mchar: '1', voice_cloning: true, upstream: ['a', 'b'] }), /names one upstream/);
+  assert.ok(load({ id: 't', kind: 'tts', per_mchar: '1', voice_cloning: true, upstream: ['a', 'b'] }), 'a voice-cloning tts model may be pooled (each voice is cloned on every upstream)');
+  assert.ok(load({ id: 't', kind: 'sts', audio_in_per_minute: '1', upstream: ['a', 'b'] }), 'a sts model may be pooled');
   assert.ok(load({ id: 't', kind: 'tts', per_mchar: '1', upstream: ['a', 'b'] }), 'a tts model without cloning may be pooled');
   assert.throws(() => load({ id: 't', kind: 'tts', per_mchar: '1', upstream: ['a', { name: 'b', upstream_model: 'x' }] }), /only a chat or embedding model names its model per upstream/);
 });

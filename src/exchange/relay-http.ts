@@ -219,9 +219,13 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
 /** What relayCall needs beside the relay itself: the model whose upstream is called, and the request to send it. */
 export interface CallSpec extends Omit<Relay, 'call' | 'idleMs' | 'label'> {
   model: { id: string; upstream: string; pool: readonly PoolEntry[] };
-  path: string;
+  /** The upstreams to route to when not the model's whole pool (a cloned voice's: those that hold it). */
+  pool?: readonly PoolEntry[];
+  /** The path, or one per upstream (a cloned voice's id on an ElevenLabs upstream is in it). */
+  path: string | ((entry: PoolEntry) => string);
   headers: Record<string, string>;
-  body: Buffer;
+  /** The body, or one per upstream (a cloned voice's id on each upstream). */
+  body: Buffer | ((entry: PoolEntry) => Buffer);
 }
 
 /**
@@ -233,7 +237,7 @@ export async function relayCall(upstreams: Upstreams, c: CallSpec): Promise<void
   let call: UpstreamCall;
   try {
     const body = c.body;
-    call = upstreams.route({ pool: c.model.pool, method: 'POST', path: c.path, headers: c.headers, body: () => body, requestId: c.requestId });
+    call = upstreams.route({ pool: c.pool ?? c.model.pool, method: 'POST', path: c.path, headers: c.headers, body: Buffer.isBuffer(body) ? () => body : body, requestId: c.requestId });
   } catch (e) {
     await c.charge.release();
     throw e;

@@ -8,7 +8,7 @@ import type { Usage } from './usage.js';
 
 export interface PartRelay {
   part: Part;
-  /** The upstream request, already sent (Upstreams.call). */
+  /** The upstream request, already sent (Upstreams.route over a model's pool, or Upstreams.call). */
   call: UpstreamCall;
   meter: Meter;
   /** The family's reading of an upstream error reply. */
@@ -82,6 +82,8 @@ export async function relayPart(r: PartRelay): Promise<PartOutcome> {
     if (!cancelled()) failure = e instanceof GatewayError ? e : brokeOff();
   } finally {
     r.signal?.removeEventListener('abort', onAbort);
+    // A pool's call: the upstream's slot is free once its reply is read (or dropped).
+    call.finish?.();
   }
   const tail = meter.onEnd(whole);
   if (meter.produced && tail.length > 0) await part.record(usage(), { wait: true, force: true });

@@ -84,7 +84,7 @@ function upstreams(out: string[], list: UpstreamHealth[]): void {
   if (list.length === 0) return;
   const rows: [string, string, string, (u: UpstreamHealth) => number][] = [
     ['tollgate_upstream_healthy', 'gauge', '1 while the upstream takes requests, 0 while it is ejected (passive or active health).', (u) => (u.healthy ? 1 : 0)],
-    ['tollgate_upstream_in_flight', 'gauge', 'Requests this instance has in flight to the upstream.', (u) => u.inFlight],
+    ['tollgate_upstream_in_flight', 'gauge', 'Requests (and session sockets) this instance has open to the upstream.', (u) => u.inFlight],
     ['tollgate_upstream_ejections_total', 'counter', 'Times the upstream was ejected for failing.', (u) => u.ejections],
     ['tollgate_upstream_retries_total', 'counter', 'Attempts on the upstream that failed before any output and went on to another upstream.', (u) => u.retries],
     ['tollgate_upstream_busy_total', 'counter', 'Requests refused 503 upstream_busy while the upstream was at its max_concurrency, rpm or Retry-After pause.', (u) => u.busy],

@@ -7,9 +7,13 @@ export type FormPart =
   | { name: string; value: string }
   | { name: string; filename: string; contentType: string; data: Buffer };
 
-/** The body and its content type; the boundary is random, so no part's bytes can contain it by chance. */
-export function buildForm(parts: readonly FormPart[]): { body: Buffer; contentType: string } {
-  const boundary = `tollgate-${base62(24)}`;
+/** A random form boundary: no part's bytes can contain it by chance. */
+export function formBoundary(): string {
+  return `tollgate-${base62(24)}`;
+}
+
+/** The body and its content type; the boundary is random (or given: one request's forms for several upstreams share one content type). */
+export function buildForm(parts: readonly FormPart[], boundary = formBoundary()): { body: Buffer; contentType: string } {
   const chunks: Buffer[] = [];
   for (const p of parts) {
     const name = quoted(p.name);

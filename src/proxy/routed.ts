@@ -9,7 +9,8 @@ import type { StreamedBody, UpstreamCall, Upstreams } from './upstream.js';
 export interface RouteSpec {
   pool: readonly PoolEntry[];
   method: string;
-  path: string;
+  /** The path, or the path on one upstream of the pool (an id only that upstream knows, a cloned voice's, may be in it). */
+  path: string | ((entry: PoolEntry) => string);
   headers: Record<string, string>;
   /** The body for one upstream of the pool (its `upstream_model` may differ). A streamed body is sent once: never retried. */
   body(entry: PoolEntry): Buffer | StreamedBody;
@@ -50,7 +51,8 @@ export function routeCall(ups: Upstreams, pools: Pools, spec: RouteSpec): Routed
       tried.add(l.entry.name);
       const body = spec.body(l.entry);
       const again = Buffer.isBuffer(body) && attempt < spec.maxAttempts && tried.size < spec.pool.length;
-      const call = ups.call(l.entry.name, spec.method, spec.path, spec.headers, body, spec.requestId, Math.max(1, deadline - Date.now()));
+      const path = typeof spec.path === 'string' ? spec.path : spec.path(l.entry);
+      const call = ups.call(l.entry.name, spec.method, path, spec.headers, body, spec.requestId, Math.max(1, deadline - Date.now()));
       current = call;
       let res: IncomingMessage;
       try {

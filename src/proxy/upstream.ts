@@ -69,7 +69,7 @@ export class Upstreams {
   readonly pools: Pools;
   private stopProbes = (): void => undefined;
 
-  constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>, private readonly maxAttempts = 3) {
+  constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>, readonly maxAttempts = 3) {
     this.pools = new Pools(configs);
     // With selfHandleResponse the proxy hands each upstream response to its request's adapter.
     this.proxy.on('proxyRes', (proxyRes: http.IncomingMessage, _req: unknown, res: EventEmitter) => res.emit('proxyRes', proxyRes));

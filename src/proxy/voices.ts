@@ -3,6 +3,8 @@ import type { Upstreams } from './upstream.js';
 import { collect, upstreamMalformed } from './upstream.js';
 import { streamForm, type StreamedPart } from './form.js';
 import type { GatewayError } from '../errors.js';
+import type { PoolEntry } from '../config.js';
+import type { VoiceCopy } from '../store/voices.js';
 
 export interface CloneRequest {
   upstream: string;
@@ -44,4 +46,25 @@ export async function removeUpstreamVoice(ups: Upstreams, upstream: string, voic
     const res = await call.response;
     res.resume();
   } catch { /* the upstream keeps an orphan voice; nothing of the tenant's is served from it again */ }
+}
+
+/**
+ * Clones the voice on every upstream of a pool (its model's name there), one after another, all or
+ * nothing: when one fails, the copies already made are removed and its error is thrown.
+ */
+export async function cloneOnPool(ups: Upstreams, pool: readonly PoolEntry[], r: Omit<CloneRequest, 'upstream' | 'model'>,
+  upstreamError: (res: import('node:http').IncomingMessage) => Promise<GatewayError>): Promise<VoiceCopy[]> {
+  const copies: VoiceCopy[] = [];
+  try {
+    for (const e of pool) copies.push({ upstream: e.name, upstreamVoiceId: await cloneVoice(ups, { ...r, upstream: e.name, model: e.upstreamModel }, upstreamError) });
+  } catch (err) {
+    await removeCopies(ups, copies, r.requestId);
+    throw err;
+  }
+  return copies;
+}
+
+/** Removes every upstream's copy of a voice (best effort, each: removeUpstreamVoice). */
+export async function removeCopies(ups: Upstreams, copies: readonly VoiceCopy[], requestId: string): Promise<void> {
+  await Promise.all(copies.map((c) => removeUpstreamVoice(ups, c.upstream, c.upstreamVoiceId, requestId)));
 }

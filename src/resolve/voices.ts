@@ -1,4 +1,6 @@
 // Preset voices both families name: OpenAI's voice names and ElevenLabs' premade voice ids, each mapped to the voice sent upstream.
+import type { ModelConfig, PoolEntry } from '../config.js';
+import type { VoiceCopy } from '../store/voices.js';
 
 export interface PresetVoice {
   /** What a client sends: an OpenAI voice name (`alloy`) or an ElevenLabs voice id. */
@@ -43,4 +45,24 @@ const BY_ID = new Map(PRESET_VOICES.map((v) => [v.id, v]));
 /** The preset voice with this id (an ElevenLabs voice id) or name (an OpenAI voice name), if any. */
 export function presetVoice(id: string): PresetVoice | undefined {
   return BY_ID.get(id);
+}
+
+/** Where a voice is spoken: the upstreams of a model's pool that know it, and its name on each. */
+export interface VoicePlaces {
+  /** The pool's upstreams to route to (a cloned voice: those it was cloned on). */
+  pool: readonly PoolEntry[];
+  /** The voice's name on one of them (a cloned voice has its own id on each upstream). */
+  voiceAt(upstream: string): string;
+}
+
+/** A preset voice: every upstream of the pool, under one name. */
+export function presetPlaces(model: ModelConfig, upstreamVoice: string): VoicePlaces {
+  return { pool: model.pool, voiceAt: () => upstreamVoice };
+}
+
+/** A cloned voice on `model`: the upstreams of its pool that hold a copy (none: null, the voice cannot be spoken there). */
+export function clonedPlaces(model: ModelConfig, copies: readonly VoiceCopy[]): VoicePlaces | null {
+  const ids = new Map(copies.map((c) => [c.upstream, c.upstreamVoiceId]));
+  const pool = model.pool.filter((e) => ids.has(e.name));
+  return pool.length === 0 ? null : { pool, voiceAt: (upstream) => ids.get(upstream)! };
 }

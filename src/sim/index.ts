@@ -5,7 +5,7 @@ import { chatJob, completionBody, textJob } from './completions.js';
 import { embeddingsBody } from './embeddings.js';
 import { type Faults, faultsOf, numberHeader, sendError, sendJson, sendSimError, SimError } from './http.js';
 import { sendStream } from './stream.js';
-import { SimVoices } from './voices.js';
+import { SimVoices, SIM_VOICE_PREFIX } from './voices.js';
 import { voiceConversion } from './conversion.js';
 import { OPENAI_VOICES } from '../resolve/voices.js';
 import { simSpeechFormats, speech } from './speech.js';
@@ -73,6 +73,8 @@ export async function startSim(opts: SimOptions = {}): Promise<SimHandle> {
     if (method === 'POST' && path === '/v1/audio/speech') {
       let b: Obj;
       try { b = JSON.parse(raw) as Obj; } catch { throw new SimError(400, 'We could not parse the JSON body of your request.'); }
+      // A sim voice id this sim did not clone is unknown here (another sim's copy of a voice has its own id).
+      if (typeof b.voice === 'string' && b.voice.startsWith(SIM_VOICE_PREFIX) && !voices.has(b.voice)) throw new SimError(404, `No voice "${b.voice}".`, 'voice', 'voice_not_found');
       speech(b, res, faults, ffmpeg);
       return;
     }
@@ -156,6 +158,8 @@ export async function startSim(opts: SimOptions = {}): Promise<SimHandle> {
     server.listen({ port: opts.port ?? 0, host: opts.host ?? '127.0.0.1', backlog: 4096 }, () => {
       server.off('error', reject);
       const port = (server.address() as AddressInfo).port;
+      // Each sim gives its own ids (two sims cloning one voice give two ids, as two hosts would).
+      voices.salt = String(port);
       const host = !opts.host || opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
       resolve({
         url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,

@@ -4,18 +4,24 @@ import { createHash } from 'node:crypto';
 import busboy from 'busboy';
 import { sendError } from './http.js';
 
+/** How every id this sim gives a voice starts. */
+export const SIM_VOICE_PREFIX = 'simvoice_';
+
 /** A voice the sim has cloned: its name and the samples' digest (what makes its id). */
 export interface SimVoice { id: string; name: string; model: string; samples: number }
 
 /** The voices cloned on this sim, by id (a module-level map: one sim per process in tests, and deterministic ids). */
 export class SimVoices {
   private readonly voices = new Map<string, SimVoice>();
+  /** Mixed into every id (the sim's port): one sim's ids are its own. */
+  salt = '';
 
   has(id: string): boolean { return this.voices.has(id); }
 
-  /** Serves `/v1/audio/voices[/{id}]`; false when the path is not one of them. */
+  /** Serves `/v1/audio/voices[/{id}]` (a GET of the list: the ids, for tests); false when the path is not one of them. */
   route(req: http.IncomingMessage, res: http.ServerResponse, path: string): boolean {
     if (path === '/v1/audio/voices' && req.method === 'POST') { this.add(req, res); return true; }
+    if (path === '/v1/audio/voices' && req.method === 'GET') { req.resume(); json(res, 200, { voices: [...this.voices.keys()] }); return true; }
     if (path.startsWith('/v1/audio/voices/')) {
       let id = '';
       try { id = decodeURIComponent(path.slice('/v1/audio/voices/'.length)); } catch { /* an id that cannot be decoded is none we made */ }
@@ -59,8 +65,8 @@ export class SimVoices {
       if (!name) { sendError(res, 400, "'name' is required.", 'name'); return; }
       if (samples === 0) { sendError(res, 400, "At least one sample is required in 'files'.", 'files'); return; }
       if (empty) { sendError(res, 400, 'A sample is empty.', 'files'); return; }
-      digest.update(`${name}\0${model}`);
-      const id = `simvoice_${digest.digest('hex').slice(0, 20)}`;
+      digest.update(`${name}\0${model}\0${this.salt}`);
+      const id = `${SIM_VOICE_PREFIX}${digest.digest('hex').slice(0, 20)}`;
       this.voices.set(id, { id, name, model, samples });
       json(res, 200, { voice_id: id });
     });

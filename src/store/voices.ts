@@ -11,6 +11,9 @@ export interface SampleRecord {
   durationSecs: number | null;
 }
 
+/** The voice as one upstream cloned it: the id that upstream gave it. */
+export interface VoiceCopy { upstream: string; upstreamVoiceId: string }
+
 export interface VoiceRecord {
   id: string;
   accountId: string;
@@ -18,8 +21,8 @@ export interface VoiceRecord {
   description: string | null;
   labels: Record<string, string>;
   modelId: string;
-  upstream: string;
-  upstreamVoiceId: string;
+  /** The voice on every upstream of its model's pool, in the pool's order (one for a voice cloned on one upstream). */
+  copies: VoiceCopy[];
   createdAt: Date;
   samples: SampleRecord[];
 }
@@ -44,7 +47,7 @@ export function newVoiceId(): string {
  * Inserts the voice if the account holds fewer than `maxPerAccount` voices, in one step: the account's
  * voice lock is taken first (a transaction-scoped advisory lock, so concurrent adds of one account
  * queue here and each counts the others' voices; the ledger's row locks are not touched). Its samples'
- * files become the voice's. Null when the account is at its limit (nothing is inserted).
+ * files become the voice's, and each upstream's copy is kept (the voice row names the first). Null when the account is at its limit (nothing is inserted).
  */
 export async function insertVoice(db: TxDb, v: NewVoice, maxPerAccount: number, id = newVoiceId()): Promise<string | null> {
   return db.tx(async (c) => {
@@ -53,8 +56,11 @@ export async function insertVoice(db: TxDb, v: NewVoice, maxPerAccount: number, 
       `INSERT INTO voices (id, account_id, name, description, labels, model_id, upstream, upstream_voice_id)
        SELECT $1, $2, $3, $4, $5::jsonb, $6, $7, $8
         WHERE (SELECT count(*) FROM voices WHERE account_id = $2 AND deleted_at IS NULL) < $9`,
-      [id, v.accountId, v.name, v.description, JSON.stringify(v.labels), v.modelId, v.upstream, v.upstreamVoiceId, maxPerAccount]);
+      [id, v.accountId, v.name, v.description, JSON.stringify(v.labels), v.modelId, v.copies[0]!.upstream, v.copies[0]!.upstreamVoiceId, maxPerAccount]);
     if (!ins.rowCount) return null;
+    for (const [i, copy] of v.copies.entries()) {
+      await c.query('INSERT INTO voice_upstreams (voice_id, seq, upstream, upstream_voice_id) VALUES ($1, $2, $3, $4)', [id, i, copy.upstream, copy.upstreamVoiceId]);
+    }
     let seq = 0;
     for (const s of v.samples) {
       await c.query(
@@ -68,7 +74,7 @@ export async function insertVoice(db: TxDb, v: NewVoice, maxPerAccount: number, 
   });
 }
 
-const VOICE_COLS = 'id, account_id, name, description, labels, model_id, upstream, upstream_voice_id, created_at';
+const VOICE_COLS = 'id, account_id, name, description, labels, model_id, created_at';
 const SAMPLE_COLS = 'id, voice_id, file_name, mime_type, size_bytes, hash, duration_secs';
 
 function toSample(r: Record<string, unknown>): SampleRecord {
@@ -76,10 +82,9 @@ function toSample(r: Record<string, unknown>): SampleRecord {
     hash: r.hash as string, durationSecs: r.duration_secs === null ? null : Number(r.duration_secs) };
 }
 
-function toVoice(r: Record<string, unknown>, samples: SampleRecord[]): VoiceRecord {
+function toVoice(r: Record<string, unknown>, samples: SampleRecord[], copies: VoiceCopy[]): VoiceRecord {
   return { id: r.id as string, accountId: r.account_id as string, name: r.name as string, description: (r.description as string | null) ?? null,
-    labels: (r.labels as Record<string, string>) ?? {}, modelId: r.model_id as string, upstream: r.upstream as string,
-    upstreamVoiceId: r.upstream_voice_id as string, createdAt: r.created_at as Date, samples };
+    labels: (r.labels as Record<string, string>) ?? {}, modelId: r.model_id as string, copies, createdAt: r.created_at as Date, samples };
 }
 
 async function withSamples(db: Queryable, rows: Record<string, unknown>[]): Promise<VoiceRecord[]> {
@@ -92,7 +97,14 @@ async function withSamples(db: Queryable, rows: Record<string, unknown>[]): Prom
     list.push(toSample(r));
     by.set(r.voice_id as string, list);
   }
-  return rows.map((r) => toVoice(r, by.get(r.id as string) ?? []));
+  const copies = new Map<string, VoiceCopy[]>();
+  const cs = await db.query('SELECT voice_id, upstream, upstream_voice_id FROM voice_upstreams WHERE voice_id = ANY($1) ORDER BY voice_id, seq', [ids]);
+  for (const r of cs.rows) {
+    const list = copies.get(r.voice_id as string) ?? [];
+    list.push({ upstream: r.upstream as string, upstreamVoiceId: r.upstream_voice_id as string });
+    copies.set(r.voice_id as string, list);
+  }
+  return rows.map((r) => toVoice(r, by.get(r.id as string) ?? [], copies.get(r.id as string) ?? []));
 }
 
 /** The account's voice, or null: another account's id is the same as an id that does not exist. */

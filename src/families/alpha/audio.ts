@@ -4,12 +4,12 @@ import { Type } from '@sinclair/typebox';
 import type { Services } from '../../services.js';
 import type { Ctx } from '../../server/context.js';
 import type { Route } from '../../server/router.js';
-import type { ModelConfig } from '../../config.js';
+import type { ModelConfig, PoolEntry } from '../../config.js';
 import { GatewayError } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
 import { relayCall } from '../../exchange/relay-http.js';
 import { WholeInputMeter, type WholeInput } from '../../meter/speech.js';
-import { presetVoice, OPENAI_VOICES } from '../../resolve/voices.js';
+import { presetVoice, OPENAI_VOICES, clonedPlaces, presetPlaces, type VoicePlaces } from '../../resolve/voices.js';
 import { voiceOf } from '../../store/voices.js';
 import { CONTENT_TYPES } from '../../audio/index.js';
 import { IDENTITY, SpeechMeter } from '../../meter/synthesis.js';
@@ -57,12 +57,18 @@ const VOICE_ID = /^[0-9A-Za-z]{20}$/;
  * model's price. Another account's voice is not found (404), exactly as an id that never existed; a
  * string that is not shaped like a voice id, or the other family's premade voice, gets the list of names (400).
  */
-async function speechVoice(s: Services, accountId: string, voice: string | { id: string }, model: ModelConfig): Promise<{ model: ModelConfig; upstreamVoice: string }> {
+async function speechVoice(s: Services, accountId: string, voice: string | { id: string }, model: ModelConfig): Promise<{ model: ModelConfig; places: VoicePlaces }> {
   const id = typeof voice === 'string' ? voice : voice.id;
   const preset = presetVoice(id);
-  if (preset?.family === 'alpha') return { model, upstreamVoice: preset.upstreamVoice };
+  if (preset?.family === 'alpha') return { model, places: presetPlaces(model, preset.upstreamVoice) };
   const cloned = !preset && VOICE_ID.test(id) ? await voiceOf(s.db, accountId, id) : null;
-  if (cloned) return { model: s.models.resolve(cloned.modelId, 'tts'), upstreamVoice: cloned.upstreamVoiceId };
+  if (cloned) {
+    // Spoken by the upstreams of its model's pool that cloned it, each with its own id of the voice.
+    const m = s.models.resolve(cloned.modelId, 'tts');
+    const places = clonedPlaces(m, cloned.copies);
+    if (!places) throw invalidValue('voice', `The voice '${id}' was cloned on other hosts than those of ${m.id}, so it cannot be spoken.`);
+    return { model: m, places };
+  }
   if (preset || (typeof voice === 'string' && !VOICE_ID.test(id))) {
     throw invalidValue('voice', `Invalid value for 'voice': '${id.slice(0, 64)}'. Supported voices are: ${OPENAI_VOICES.map((v) => `'${v}'`).join(', ')}, or the id of a voice this account cloned.`);
   }
@@ -71,7 +77,9 @@ async function speechVoice(s: Services, accountId: string, voice: string | { id:
 
 /** Holds exactly the whole input's price, calls the upstream and relays its reply through a WholeInputMeter. */
 export async function audioExchange(s: Services, ctx: Ctx, x: {
-  model: ModelConfig; path: string; headers: Record<string, string>; body: Buffer; bill: WholeInput; mode: 'buffered' | 'stream'; contentType: string;
+  model: ModelConfig; path: string; headers: Record<string, string>; body: Buffer | ((entry: PoolEntry) => Buffer); bill: WholeInput;
+  /** The upstreams of the model's pool to route to (a cloned voice's: those that hold it); default the whole pool. */
+  pool?: readonly PoolEntry[]; mode: 'buffered' | 'stream'; contentType: string;
   /** When Tollgate makes the format itself: the meter that encodes, or the conversion of the reply. */
   meter?: Meter; convert?: (res: IncomingMessage) => ReplyBody;
 }): Promise<void> {
@@ -83,7 +91,7 @@ export async function audioExchange(s: Services, ctx: Ctx, x: {
   });
   await relayCall(s.upstreams, {
     down: ctx, charge, meter: x.meter ?? new WholeInputMeter(x.mode, x.bill, x.contentType), convert: x.convert, requestId: ctx.requestId,
-    model: x.model, path: x.path, headers: x.headers, body: x.body,
+    model: x.model, ...(x.pool ? { pool: x.pool } : {}), path: x.path, headers: x.headers, body: x.body,
     upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
   });
 }
@@ -97,17 +105,18 @@ function speechRoute(s: Services): Route {
       oneOf('stream_format', req.stream_format, ['audio', 'sse']);
       const characters = [...req.input].length;
       if (characters > MAX_SPEECH_CHARS) throw invalidValue('input', `The input has ${characters} characters; at most ${MAX_SPEECH_CHARS} are spoken in one request.`);
-      const { model, upstreamVoice } = await speechVoice(s, ctx.key!.accountId, req.voice, s.models.resolve(req.model, 'tts'));
+      const { model, places } = await speechVoice(s, ctx.key!.accountId, req.voice, s.models.resolve(req.model, 'tts'));
       const format = (req.response_format ?? 'mp3') as typeof SPEECH_FORMATS[number];
       // The upstream's own format passes through; another is made here from what it makes (docs/upstreams.md).
       const plan = speechPlan(format, s.upstreams.config(model.upstream).speech, s.ffmpeg, req.stream_format === 'sse');
       const { stream_format: _audio, ...rest } = req;
-      const out = plan.kind === 'upstream'
-        ? { ...req, model: model.upstreamModel, voice: upstreamVoice }
-        : { ...rest, model: model.upstreamModel, voice: upstreamVoice, response_format: plan.from };
+      // One body per upstream of the voice's pool: each its model name and its id of the voice.
+      const out = (e: PoolEntry) => Buffer.from(JSON.stringify(plan.kind === 'upstream'
+        ? { ...req, model: e.upstreamModel, voice: places.voiceAt(e.name) }
+        : { ...rest, model: e.upstreamModel, voice: places.voiceAt(e.name), response_format: plan.from }));
       const contentType = req.stream_format === 'sse' ? 'text/event-stream' : CONTENT_TYPES[format];
       await audioExchange(s, ctx, {
-        model, path: '/v1/audio/speech', headers: ctx.headers, body: Buffer.from(JSON.stringify(out)),
+        model, pool: places.pool, path: '/v1/audio/speech', headers: ctx.headers, body: out,
         bill: { characters }, mode: 'stream', contentType,
         ...(plan.kind === 'encode' ? { meter: new SpeechMeter({ characters }, plan.encoder(), contentType, {}) } : {}),
         ...(plan.kind === 'ffmpeg' ? { meter: new SpeechMeter({ characters }, IDENTITY, contentType, {}), convert: (res: IncomingMessage) => plan.convert(res, ctx.requestId) } : {}),

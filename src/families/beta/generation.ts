@@ -1,5 +1,6 @@
 // A stream-input session's generations, one at a time, each a Part of the session: its text's price held, its audio relayed frame by frame as the upstream makes it, settled for what was spoken.
 import type { Services } from '../../services.js';
+import type { PoolEntry } from '../../config.js';
 import { CLOSE, GatewayError } from '../../errors.js';
 import { Part } from '../../exchange/part.js';
 import { relayPart } from '../../exchange/relay-part.js';
@@ -60,7 +61,7 @@ export class Generations {
 
   /**
    * Begins the generation as a part of the session (its characters' price held: balance, ceiling and
-   * an rpm token checked again; refused, the session is told and closed), asks the upstream for it as
+   * an rpm token checked again; refused, the session is told and closed), asks the voice's pool for it as
    * the REST routes do (PCM, made into the format by production()), and relays its audio as it comes,
    * each frame recorded before it is sent. Ends the part: the whole text when the upstream finished;
    * the characters of the frames sent when it broke off (a process killed mid-way is billed the same
@@ -83,9 +84,10 @@ export class Generations {
     const requestId = `${this.sessionId}-${part.seq}`;
     let outcome;
     try {
-      const body = { ...extra, ...voice, model: target.model.upstreamModel, input: text, voice: target.upstreamVoice, response_format: plan.upstreamFormat };
-      const call = this.s.upstreams.call(target.model.upstream, 'POST', '/v1/audio/speech', { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
-        Buffer.from(JSON.stringify(body)), requestId);
+      // Over the voice's upstreams of the model's pool, as the REST route is: each upstream's model name and its own id of the voice in its body.
+      const body = (e: PoolEntry) => Buffer.from(JSON.stringify({ ...extra, ...voice, model: e.upstreamModel, input: text, voice: target.places.voiceAt(e.name), response_format: plan.upstreamFormat }));
+      const call = this.s.upstreams.route({ pool: target.places.pool, method: 'POST', path: '/v1/audio/speech', headers: { ...this.headers, 'content-type': 'application/json', accept: '*/*' },
+        body, requestId });
       outcome = await relayPart({ part, call, meter, recordEach: true, idleMs: this.s.upstreams.config(target.model.upstream).timeoutMs,
         upstreamError: (res) => beta.upstreamError(res, this.sessionId), send: (frame) => out.send(String(frame)), signal: out.signal });
     } catch (e) {

@@ -5,7 +5,7 @@ import { Part } from '../../exchange/part.js';
 import { usage } from '../../exchange/usage.js';
 import { log } from '../../observe/log.js';
 import type { SessionSocket } from '../../server/ws.js';
-import { openUpstreamSocket, type WebSocket } from '../../proxy/ws-upstream.js';
+import { openPooledSocket, type WebSocket } from '../../proxy/ws-upstream.js';
 import { beta } from './family.js';
 import { POLICY, UPSTREAM_FAILED, type SpeechSession, type StreamOptions } from './speech-stream.js';
 
@@ -29,7 +29,7 @@ export class NativeStream {
   private finished = false;
 
   private constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly session: SpeechSession,
-    private readonly up: WebSocket, private readonly onEnd: (code: number, reason: string) => void) {
+    private readonly up: WebSocket, private readonly onEnd: (code: number, reason: string) => void, private readonly release: () => void) {
     up.on('message', (data, isBinary) => {
       this.chain = this.chain.then(() => this.fromUpstream(Buffer.isBuffer(data) ? data : Array.isArray(data) ? Buffer.concat(data) : Buffer.from(data), isBinary)).catch((e: unknown) => {
         log('warn', 'stream-input relay failed', { session: socket.id, error: String((e as Error)?.message ?? e) });
@@ -49,12 +49,13 @@ export class NativeStream {
     const q = new URLSearchParams(o.query);
     for (const k of [...KEY_FIELDS, 'model_id']) q.delete(k);
     q.set('model_id', session.target.model.upstreamModel);
-    const voice = session.target.cloned ? session.target.upstreamVoice : o.voiceId;
-    const up = await openUpstreamSocket(s.upstreams, session.target.model.upstream, {
-      path: `/v1/text-to-speech/${encodeURIComponent(voice)}/stream-input?${q.toString()}`, clientHeaders: o.headers, requestId: socket.id,
-      refusal: (res, id) => beta.upstreamError(res, id),
+    const { target } = session;
+    // On the voice's upstreams of the model's pool (a cloned voice by its id on the upstream that takes the socket), holding its slot until the socket closes.
+    const up = await openPooledSocket(s.upstreams, target.places.pool, {
+      path: (e) => `/v1/text-to-speech/${encodeURIComponent(target.cloned ? target.places.voiceAt(e.name) : o.voiceId)}/stream-input?${q.toString()}`,
+      clientHeaders: o.headers, requestId: socket.id, refusal: (res, id) => beta.upstreamError(res, id),
     });
-    return new NativeStream(s, socket, session, up, onEnd);
+    return new NativeStream(s, socket, session, up.ws, onEnd, up.release);
   }
 
   /** A client frame: its characters held, then sent on without any key it carries. False when the hold was refused (the session ends). */
@@ -109,6 +110,8 @@ export class NativeStream {
     if (this.finished) return;
     this.finished = true;
     if (this.up.readyState <= 1) this.up.close(1000);
+    // The upstream's slot in its pool is free (its socket's close frees it too: released once).
+    this.release();
     this.onEnd(code, reason);
   }
 

@@ -1,7 +1,7 @@
 // An upstream that speaks ElevenLabs' own API (`protocol: elevenlabs`): the family's requests go on as they came, only the voice and model ids resolved.
 import type { Services } from '../../services.js';
 import type { Ctx } from '../../server/context.js';
-import type { ModelConfig } from '../../config.js';
+import type { ModelConfig, PoolEntry } from '../../config.js';
 import type { WholeUnits } from '../../meter/synthesis.js';
 import type { Multipart, FilePart } from '../../server/multipart.js';
 import { GatewayError } from '../../errors.js';
@@ -42,7 +42,10 @@ export function nativeForm(form: Multipart, file: FilePart, model: ModelConfig):
 
 export interface NativeCall {
   model: ModelConfig;
-  path: string;
+  /** The upstreams of the model's pool to route to (a cloned voice's: those that hold it); default the whole pool. */
+  pool?: readonly PoolEntry[];
+  /** The path, or one per upstream (a cloned voice's id at that upstream in it). */
+  path: string | ((entry: PoolEntry) => string);
   body: { body: Buffer; contentType: string };
   /** What the request bills, measured by Tollgate before the call. */
   bill: WholeUnits;
@@ -60,7 +63,7 @@ export async function nativeExchange(s: Services, ctx: Ctx, c: NativeCall): Prom
   });
   await relayCall(s.upstreams, {
     down: ctx, charge, meter: new NativeMeter(c.mode, c.bill, c.headers), requestId: ctx.requestId,
-    model: c.model, path: c.path, headers: { ...ctx.headers, 'content-type': c.body.contentType, accept: ctx.headers.accept ?? '*/*' }, body: c.body.body,
+    model: c.model, ...(c.pool ? { pool: c.pool } : {}), path: c.path, headers: { ...ctx.headers, 'content-type': c.body.contentType, accept: ctx.headers.accept ?? '*/*' }, body: c.body.body,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
 }

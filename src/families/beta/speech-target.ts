@@ -2,12 +2,15 @@
 import type { Services } from '../../services.js';
 import type { ModelConfig } from '../../config.js';
 import { GatewayError } from '../../errors.js';
-import { voiceOf } from '../../store/voices.js';
+import { voiceOf, type VoiceRecord } from '../../store/voices.js';
+import { clonedPlaces, presetPlaces, type VoicePlaces } from '../../resolve/voices.js';
 
 export interface SpeechTarget {
   model: ModelConfig;
-  /** The voice's name at the upstream. */
+  /** The voice's name at the model's first upstream that knows it. */
   upstreamVoice: string;
+  /** The upstreams of the model's pool that speak the voice, and its name on each (a cloned voice has an id per upstream). */
+  places: VoicePlaces;
   cloned: boolean;
 }
 
@@ -34,8 +37,23 @@ export function voiceNotFound(id: string): GatewayError {
 export async function speechTarget(s: Services, accountId: string, voiceId: string, modelId: string | null | undefined,
   preset: (voiceId: string) => string | null): Promise<SpeechTarget> {
   const upstream = preset(voiceId);
-  if (upstream !== null) return { model: presetModel(s, modelId), upstreamVoice: upstream, cloned: false };
+  if (upstream !== null) {
+    const model = presetModel(s, modelId);
+    return { model, upstreamVoice: upstream, places: presetPlaces(model, upstream), cloned: false };
+  }
   const v = await voiceOf(s.db, accountId, voiceId);
   if (!v) throw voiceNotFound(voiceId);
-  return { model: s.models.resolve(v.modelId, 'tts'), upstreamVoice: v.upstreamVoiceId, cloned: true };
+  const model = s.models.resolve(v.modelId, 'tts');
+  const places = placesOf(model, v);
+  return { model, upstreamVoice: places.voiceAt(places.pool[0]!.name), places, cloned: true };
+}
+
+/** Where the cloned voice `v` is spoken with `model`: the upstreams of its pool that hold a copy; none (the pool changed since), refused. */
+export function placesOf(model: ModelConfig, v: VoiceRecord): VoicePlaces {
+  const places = clonedPlaces(model, v.copies);
+  if (!places) {
+    throw new GatewayError({ status: 400, code: 'invalid_value', param: 'voice_id',
+      message: `The voice '${v.id}' was cloned on other hosts than those of ${model.id}, so it cannot be spoken with it.` });
+  }
+  return places;
 }

@@ -113,6 +113,8 @@ class StreamInput implements SessionHandler {
       if (this.session && isNative(this.s, this.session.target.model)) {
         // ElevenLabs itself: socket to socket, the frames (voice_settings, generation_config, text) as the client sent them.
         this.native = await NativeStream.open(this.s, this.socket, this.session, this.o, (code, reason) => { if (!this.socket.closed) this.refuse(code, reason); });
+        // The client left while the upstream socket opened: it closes at once (and frees its upstream's slot).
+        if (this.socket.closed) { this.native.end(NORMAL, ''); return; }
       } else if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
     } catch (e) {
       if (e instanceof GatewayError) return void this.stop(refusedBy(e));

@@ -8,7 +8,8 @@ import { readMultipart } from '../../server/multipart.js';
 import { Charge } from '../../exchange/charge.js';
 import { relayCall } from '../../exchange/relay-http.js';
 import { SpeechMeter } from '../../meter/synthesis.js';
-import { buildForm, type FormPart } from '../../proxy/form.js';
+import { buildForm, formBoundary, type FormPart } from '../../proxy/form.js';
+import { clonedPlaces, presetPlaces, type VoicePlaces } from '../../resolve/voices.js';
 import { outputFormatOf } from './schemas.js';
 import { voiceSettingsParams } from './speech-params.js';
 import { production } from './produce.js';
@@ -18,7 +19,7 @@ import type { PresetLookup } from './tts.js';
 import type { MeasureAudio } from './stt.js';
 import { beta } from './family.js';
 import { isNative, nativeExchange, nativeForm, nativePath } from './native.js';
-import type { ModelConfig } from '../../config.js';
+import type { ModelConfig, PoolEntry } from '../../config.js';
 import { measureRawPcm } from '../../meter/audio.js';
 import { routeUploadBytes } from '../../config.js';
 
@@ -48,17 +49,19 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
   const model = s.models.resolve(form.field('model_id') || DEFAULT_STS_MODEL_ID, 'sts');
   if (isNative(s, model)) {
     // ElevenLabs itself: the form as sent (voice_settings and all), the voice by the upstream's id, billed by the seconds measured here.
-    const voice = await targetVoice(s, ctx, voiceId, model, preset) ?? voiceId;
+    const places = await targetVoice(s, ctx, voiceId, model, preset);
     const audioMs = fileFormat === 'pcm_s16le_16' ? measureRawPcm(audio.data, 'audio', (m) => field422('file_format', m)).durationMs : await measure(audio.data, 'audio');
     await nativeExchange(s, ctx, {
-      model, path: nativePath(ctx, 'speech-to-speech', voice, ctx.routeName === 'beta.sts.stream' ? '/stream' : ''),
+      model, pool: places?.pool ?? model.pool,
+      path: (e) => nativePath(ctx, 'speech-to-speech', places?.voiceAt(e.name) ?? voiceId, ctx.routeName === 'beta.sts.stream' ? '/stream' : ''),
       body: nativeForm(form, audio, model), bill: { audioInMs: audioMs }, mode: 'stream', headers: { 'request-id': ctx.requestId },
     });
     return;
   }
   // Sent on whole (speed too) to a model that lists voice_settings; else a setting that asks for something is refused.
   const voice = voiceSettingsParams(s.models.models, model, voiceSettings, ['body'], true);
-  const upstreamVoice = preset(voiceId) ?? (await targetVoice(s, ctx, voiceId, model, preset))!;
+  const presetVoice = preset(voiceId);
+  const places = presetVoice === null ? (await targetVoice(s, ctx, voiceId, model, preset))! : presetPlaces(model, presetVoice);
   const plan = production(format, undefined, ctx.routeName === 'beta.sts');
   // Raw PCM is measured by its length and goes on with input_format saying so; a container declared raw is refused by name.
   const audioMs = fileFormat === 'pcm_s16le_16' ? measureRawPcm(audio.data, 'audio', (m) => field422('file_format', m)).durationMs : await measure(audio.data, 'audio');
@@ -69,35 +72,40 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
     // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).
     known: true,
   });
-  const parts: FormPart[] = [
-    { name: 'file', filename: audio.filename || 'audio', contentType: audio.mimeType || 'application/octet-stream', data: audio.data },
-    { name: 'model', value: model.upstreamModel },
-    { name: 'voice', value: upstreamVoice },
-    { name: 'response_format', value: plan.upstreamFormat },
-  ];
-  if (fileFormat === 'pcm_s16le_16') parts.push({ name: 'input_format', value: 'pcm_s16le_16' });
-  if (denoise === 'true' || denoise === 'True') parts.push({ name: 'remove_background_noise', value: 'true' });
-  if (seed) parts.push({ name: 'seed', value: seed });
-  if (voice.voice_settings !== undefined) parts.push({ name: 'voice_settings', value: JSON.stringify(voice.voice_settings) });
-  const up = buildForm(parts);
+  // One form per upstream of the voice's pool (a cloned voice has its own id on each), all with one boundary: one content type.
+  const boundary = formBoundary();
+  const formFor = (e: PoolEntry) => {
+    const parts: FormPart[] = [
+      { name: 'file', filename: audio.filename || 'audio', contentType: audio.mimeType || 'application/octet-stream', data: audio.data },
+      { name: 'model', value: e.upstreamModel },
+      { name: 'voice', value: places.voiceAt(e.name) },
+      { name: 'response_format', value: plan.upstreamFormat },
+    ];
+    if (fileFormat === 'pcm_s16le_16') parts.push({ name: 'input_format', value: 'pcm_s16le_16' });
+    if (denoise === 'true' || denoise === 'True') parts.push({ name: 'remove_background_noise', value: 'true' });
+    if (seed) parts.push({ name: 'seed', value: seed });
+    if (voice.voice_settings !== undefined) parts.push({ name: 'voice_settings', value: JSON.stringify(voice.voice_settings) });
+    return buildForm(parts, boundary).body;
+  };
   const meter = new SpeechMeter({ audioInMs: audioMs }, plan.encoder(), plan.contentType, { 'request-id': ctx.requestId });
   await relayCall(s.upstreams, {
     down: ctx, charge, meter, requestId: ctx.requestId,
-    model: model, path: '/v1/audio/voice-conversion', headers: { ...ctx.headers, 'content-type': up.contentType, accept: '*/*' }, body: up.body,
+    model, pool: places.pool, path: '/v1/audio/voice-conversion', headers: { ...ctx.headers, 'content-type': `multipart/form-data; boundary=${boundary}`, accept: '*/*' }, body: formFor,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
 }
 
-/** The caller's cloned voice's id at the model's upstream (only its own upstream knows it); null for a preset voice. */
-async function targetVoice(s: Services, ctx: Ctx, voiceId: string, model: ModelConfig, preset: PresetLookup): Promise<string | null> {
+/** The caller's cloned voice on the model's pool: the upstreams that hold it and its id on each (none of them: refused); null for a preset voice. */
+async function targetVoice(s: Services, ctx: Ctx, voiceId: string, model: ModelConfig, preset: PresetLookup): Promise<VoicePlaces | null> {
   if (preset(voiceId) !== null) return null;
   const v = await voiceOf(s.db, ctx.key!.accountId, voiceId);
   if (!v) throw voiceNotFound(voiceId);
-  if (v.upstream !== model.upstream) {
+  const places = clonedPlaces(model, v.copies);
+  if (!places) {
     throw new GatewayError({ status: 400, code: 'invalid_value', param: 'voice_id',
-      message: `The voice '${voiceId}' was cloned on another host than the one of ${model.id}, so it cannot be converted to.` });
+      message: `The voice '${voiceId}' was cloned on another host than those of ${model.id}, so it cannot be converted to.` });
   }
-  return v.upstreamVoiceId;
+  return places;
 }
 
 export function stsRoutes(s: Services, measure: MeasureAudio, preset: PresetLookup): Route[] {

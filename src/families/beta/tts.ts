@@ -1,5 +1,6 @@
 // POST /beta/v1/text-to-speech/{voice_id}[/stream][/with-timestamps]: the family's synthesis, billed by the characters of its text.
 import type { Services } from '../../services.js';
+import type { PoolEntry } from '../../config.js';
 import type { Route } from '../../server/router.js';
 import type { Ctx } from '../../server/context.js';
 import { GatewayError } from '../../errors.js';
@@ -45,7 +46,8 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
     // ElevenLabs itself: a premade voice by its own id, a cloned one by the id the upstream gave it; the body as sent.
     const suffix = `${stream ? '/stream' : ''}${shape === 'timestamps' ? '/with-timestamps' : ''}`;
     await nativeExchange(s, ctx, {
-      model: target.model, path: nativePath(ctx, 'text-to-speech', target.cloned ? target.upstreamVoice : voiceId, suffix),
+      model: target.model, pool: target.places.pool,
+      path: (e) => nativePath(ctx, 'text-to-speech', target.cloned ? target.places.voiceAt(e.name) : voiceId, suffix),
       body: { body: nativeJson(body, target.model), contentType: 'application/json' }, bill: { characters },
       mode: shape === 'timestamps' && !stream ? 'buffered' : 'stream', headers: { 'request-id': ctx.requestId, 'character-cost': String(characters) },
     });
@@ -59,8 +61,9 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
     worst: { inputTokens: 0, outputTokens: 0, characters, audioInMs: 0, audioOutMs: 0 }, known: true,
   });
   // `extra` carries voice_settings.speed as OpenAI's `speed` (speech-params.ts).
-  const upstreamBody = Buffer.from(JSON.stringify({
-    ...extra, model: target.model.upstreamModel, input: req.text, voice: target.upstreamVoice, response_format: plan.upstreamFormat,
+  // One body per upstream of the voice's pool: a cloned voice has its own id on each.
+  const upstreamBody = (e: PoolEntry) => Buffer.from(JSON.stringify({
+    ...extra, model: e.upstreamModel, input: req.text, voice: target.places.voiceAt(e.name), response_format: plan.upstreamFormat,
   }));
   const headers = { 'request-id': ctx.requestId, 'character-cost': String(characters) };
   const meter = shape === 'audio'
@@ -68,7 +71,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
     : new TimestampsMeter(stream ? 'stream' : 'buffered', req.text, plan.pcmRate, plan.encoder(), headers);
   await relayCall(s.upstreams, {
     down: ctx, charge, meter, requestId: ctx.requestId,
-    model: target.model, path: '/v1/audio/speech', headers: { ...ctx.headers, 'content-type': 'application/json', accept: '*/*' }, body: upstreamBody,
+    model: target.model, pool: target.places.pool, path: '/v1/audio/speech', headers: { ...ctx.headers, 'content-type': 'application/json', accept: '*/*' }, body: upstreamBody,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
 }

@@ -10,7 +10,7 @@ import { requireFunds } from '../../gate/admission.js';
 import { dropFile, fileChunks, newFileId, storeFile } from '../../store/files.js';
 import { uploadQuota } from '../storage.js';
 import { log } from '../../observe/log.js';
-import { cloneVoice, removeUpstreamVoice } from '../../proxy/voices.js';
+import { cloneOnPool, removeCopies } from '../../proxy/voices.js';
 import { deleteSample, deleteVoice, insertVoice, sampleAudio, voiceCounts, voiceOf, voicesOf, type VoiceRecord } from '../../store/voices.js';
 import { clonedVoiceView } from './views.js';
 import { beta } from './family.js';
@@ -108,23 +108,24 @@ async function addVoice(s: Services, ctx: Ctx, stream: Readable): Promise<void> 
     }
     // Each sample must be audio whose length can be read (400 invalid_audio otherwise, nothing stored): its duration is listed.
     const durations = await sampleDurations(s, stored);
-    const upstreamVoiceId = await cloneVoice(s.upstreams, { upstream: model.upstream, model: model.upstreamModel, name, requestId: ctx.requestId, clientHeaders: ctx.headers,
+    // Cloned on every upstream of the model's pool, all or nothing (a failure removes the copies made; nothing is stored).
+    const copies = await cloneOnPool(s.upstreams, model.pool, { name, requestId: ctx.requestId, clientHeaders: ctx.headers,
       samples: stored.map((f) => ({ fileName: f.fileName, mimeType: f.mimeType, size: f.sizeBytes, read: () => fileChunks(s.db, f.fileId) })) },
     (res) => beta.upstreamError(res, ctx.requestId));
     let id: string | null;
     try {
-      id = await insertVoice(s.db, { accountId: key.accountId, name, description, labels, modelId: model.id, upstream: model.upstream, upstreamVoiceId,
+      id = await insertVoice(s.db, { accountId: key.accountId, name, description, labels, modelId: model.id, copies,
         samples: stored.map((f, i) => ({ ...f, durationSecs: durations[i]! })) }, maxPerAccount);
     } catch (e) {
       id = null;
       log('error', 'voice not stored', { request_id: ctx.requestId, error: (e as Error).message });
-      // Nothing is kept anywhere when the voice cannot be stored: the upstream's copy goes too.
-      await removeUpstreamVoice(s.upstreams, model.upstream, upstreamVoiceId, ctx.requestId);
+      // Nothing is kept anywhere when the voice cannot be stored: the upstreams' copies go too.
+      await removeCopies(s.upstreams, copies, ctx.requestId);
       throw e;
     }
     if (id === null) {
       // Another add of this account took the last slot meanwhile (the count and the insert are one step).
-      await removeUpstreamVoice(s.upstreams, model.upstream, upstreamVoiceId, ctx.requestId);
+      await removeCopies(s.upstreams, copies, ctx.requestId);
       throw voiceLimit(maxPerAccount);
     }
     ctx.json(200, { voice_id: id, requires_verification: false });
@@ -209,7 +210,7 @@ export function voiceRoutes(s: Services): Route[] {
       handler: async (ctx, { params }) => {
         const v = await ownVoice(s, ctx, params.voice_id!);
         if (!(await deleteVoice(s.db, ctx.key!.accountId, v.id))) throw voiceNotFound(v.id);
-        await removeUpstreamVoice(s.upstreams, v.upstream, v.upstreamVoiceId, ctx.requestId);
+        await removeCopies(s.upstreams, v.copies, ctx.requestId);
         ctx.json(200, { status: 'ok' });
       } },
     { method: 'DELETE', path: '/v1/voices/:voice_id/samples/:sample_id', name: 'beta.voices.samples.delete', scope: 'voice',

@@ -60,7 +60,7 @@ export class Passthrough implements SessionHandler {
   private readonly ending: SessionEnd;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly model: ModelConfig,
-    private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number) {
+    private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number, private readonly releaseUpstream: () => void = () => undefined) {
     this.estimate = new ConversationEstimate(model, charge.prices);
     this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.live.size > 0 || this.pending.length > 0, (e) => this.stop(e));
     this.ending = new SessionEnd(socket, { stop: () => { this.ended = true; this.idle.stop(); }, idle: () => this.finish() }, () => charge);
@@ -288,6 +288,8 @@ export class Passthrough implements SessionHandler {
       this.draining = true;
       await this.chain;
       this.up.terminate();
+      // The upstream's slot in its pool is free (its close frees it too: released once).
+      this.releaseUpstream();
       await this.settleCut();
     })();
     return this.finishing;

@@ -47,7 +47,8 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
   const soFar = (): Usage => ({ ...meter.usage(), ...(speaker?.soFar() ?? {}) });
   const speaker = plan.speech ? new Speaker(ctx, a, plan.speech, out.text, () => out.index(out.text), part, soFar) : null;
   if (speaker) out.speakTo((text) => speaker.push(text));
-  const o = await callFor(ctx, a, { part, upstream: ctx.model.upstream, path: '/v1/chat/completions', accept: 'text/event-stream', body: payload,
+  // Each upstream of the model's pool gets the body with its own model name.
+  const o = await callFor(ctx, a, { part, model: ctx.model, path: '/v1/chat/completions', accept: 'text/event-stream', body: (e) => withModel(payload, body, e.upstreamModel),
     requestId: `${ctx.socket.id}-${part.seq}`, meter, usage: soFar, send: (frames) => sendFrames(ctx, String(frames).split('\n')) });
   let failure = a.cancelled || a.dropped ? null : o.failure ?? speaker?.failure ?? null;
   const textDone = o.complete && !a.cancelled && !a.dropped && failure === null;
@@ -70,4 +71,9 @@ export async function respond(ctx: SessionContext, a: Active, plan: Plan): Promi
 
 async function sendFrames(ctx: SessionContext, frames: string[]): Promise<void> {
   for (const f of frames) if (f) await ctx.socket.send(f);
+}
+
+/** The chat body as built, or with another upstream's model name in it. */
+function withModel(payload: Buffer, body: Record<string, unknown>, upstreamModel: string): Buffer {
+  return body.model === upstreamModel ? payload : Buffer.from(JSON.stringify({ ...body, model: upstreamModel }));
 }

@@ -1,4 +1,5 @@
 // A realtime response's reply spoken as it streams: each sentence, once complete, held on the response's Part (its characters), spoken by the speech upstream through relayPart, its PCM (resampled to 24 kHz where the upstream speaks at another rate) streamed as output_audio deltas, in order.
+import type { PoolEntry } from '../../../config.js';
 import { GatewayError } from '../../../errors.js';
 import type { Meter } from '../../../exchange/meter.js';
 import type { Part } from '../../../exchange/part.js';
@@ -125,8 +126,9 @@ export class Speaker {
     const meter = new SentenceMeter(ctx.s.upstreams.config(tts.upstream).speech.pcmRate, characters);
     this.live = meter;
     let sent = 0;
-    const body = Buffer.from(JSON.stringify({ model: tts.upstreamModel, input: text, voice: presetVoice(this.voice.voice)?.upstreamVoice ?? this.voice.voice, response_format: 'pcm', speed: this.voice.speed }));
-    const o = await callFor(ctx, a, { part: this.part, upstream: tts.upstream, path: '/v1/audio/speech', accept: '*/*', body, meter, usage: this.responseSoFar,
+    const voice = presetVoice(this.voice.voice)?.upstreamVoice ?? this.voice.voice;
+    const body = (e: PoolEntry) => Buffer.from(JSON.stringify({ model: e.upstreamModel, input: text, voice, response_format: 'pcm', speed: this.voice.speed }));
+    const o = await callFor(ctx, a, { part: this.part, model: tts, path: '/v1/audio/speech', accept: '*/*', body, meter, usage: this.responseSoFar,
       requestId: `${ctx.socket.id}-${this.part.seq}-speech-${++this.chunks}`,
       send: async (out) => {
         sent += out.length;

@@ -4,6 +4,7 @@ import { Part } from '../../../exchange/part.js';
 import { usage, type Usage } from '../../../exchange/usage.js';
 import { wav } from '../../../audio/pcm.js';
 import { buildForm } from '../../../proxy/form.js';
+import type { RoutedCall } from '../../../proxy/routed.js';
 import { alpha } from '../family.js';
 import type { SessionContext } from './context.js';
 import { BYTES_PER_MS, RATE, type Item, type Obj } from './protocol.js';
@@ -32,6 +33,7 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, c
   }
   const id = `${ctx.socket.id}-${part.seq}`;
   const t = ((ctx.session.audio as { input: Obj }).input.transcription as Obj | null) ?? {};
+  // One form for every upstream of the pool: a transcription model's upstreams share its model name (config.ts poolOf).
   const form = buildForm([
     { name: 'model', value: stt.upstreamModel }, { name: 'response_format', value: 'json' },
     ...(typeof t.language === 'string' ? [{ name: 'language', value: t.language }] : []),
@@ -40,9 +42,11 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, c
   ]);
   let text: string | null = null;
   let failure: GatewayError | null = null;
+  let call: RoutedCall | undefined;
   try {
-    const call = ctx.s.upstreams.call(stt.upstream, 'POST', '/v1/audio/transcriptions', { ...ctx.headers, 'content-type': form.contentType, accept: 'application/json' },
-      form.body, id);
+    // Over the model's pool, as an HTTP transcription is (retry rule, health, protection); its slot freed once the reply is read.
+    call = ctx.s.upstreams.route({ pool: stt.pool, method: 'POST', path: '/v1/audio/transcriptions', headers: { ...ctx.headers, 'content-type': form.contentType, accept: 'application/json' },
+      body: () => form.body, requestId: id });
     const res = await call.response;
     if (res.statusCode !== 200) {
       failure = await alpha.upstreamError(res, id);
@@ -60,6 +64,8 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, c
     }
   } catch (e) {
     failure = e instanceof GatewayError ? e : new GatewayError({ status: 502, code: 'upstream_error', message: 'The transcription upstream failed or answered without a transcript.' });
+  } finally {
+    call?.finish?.();
   }
   if (text === null) {
     await part.end(usage({ basis: 'exact' }));
