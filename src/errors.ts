@@ -35,7 +35,7 @@ export const ERROR_CODES = {
   upstream_invalid_request: { status: 400 }, context_length_exceeded: { status: 400 },
   upstream_error: { status: 502, close: CLOSE.INTERNAL }, upstream_unavailable: { status: 502, close: CLOSE.INTERNAL },
   upstream_timeout: { status: 504, close: CLOSE.INTERNAL }, upstream_malformed_response: { status: 502, close: CLOSE.INTERNAL },
-  upstream_busy: { status: 503 },
+  upstream_busy: { status: 503 }, upstream_rate_limited: { status: 429 },
   // payments
   payment_provider_error: { status: 502 }, invalid_signature: { status: 400 }, invalid_event: { status: 400 },
   // the gateway

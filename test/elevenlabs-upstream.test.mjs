@@ -19,7 +19,12 @@ const MODELS = [
   { id: 'eleven-clone', upstream: 'eleven', upstream_model: 'eleven_multilingual_v2', kind: 'tts', voice_cloning: true, per_mchar: '150' },
   { id: 'eleven_multilingual_sts_v2', upstream: 'eleven', kind: 'sts', audio_in_per_minute: '0.30' },
   { id: 'scribe', upstream: 'eleven', upstream_model: 'scribe_v1', aliases: ['scribe_v1'], kind: 'stt', audio_in_per_minute: '0.40' },
+  // A model the stand-in does not have (404 model_not_found there); one pooled over a second ElevenLabs upstream and this one; one on the second alone.
+  { id: 'eleven_retired', upstream: 'eleven', upstream_model: 'eleven_monolingual_v1', kind: 'tts', per_mchar: '150' },
+  { id: 'eleven_pooled', upstream: [{ name: 'eleven2', priority: 0 }, { name: 'eleven', priority: 1 }], upstream_model: 'eleven_flash_v2_5', kind: 'tts', per_mchar: '75' },
+  { id: 'eleven_solo', upstream: 'eleven2', upstream_model: 'eleven_flash_v2_5', kind: 'tts', per_mchar: '75' },
 ];
+const ADAM = 'pNInz6obpgDQGcFmaJgB'; // a premade voice of Tollgate's list the stand-in does not have (404 voice_not_found there)
 
 // One stand-in and one gateway serve every test (a gateway start costs seconds on a busy machine); each test has its
 // own account and starts with the stand-in's record and voices cleared.
@@ -28,24 +33,29 @@ const teardown = [];
 before(async () => {
   const hooks = { after: (fn) => teardown.push(fn) };
   const standin = await startElevenLabs(hooks, UPSTREAM_KEY);
+  const standin2 = await startElevenLabs(hooks, UPSTREAM_KEY);
+  const eleven = (url) => ({ base_url: url, protocol: 'elevenlabs', api_key_env: 'TEST_ELEVENLABS_KEY', health: { probe_interval_ms: 0 } });
   const gw = await startGateway(hooks, {
     store: 'postgres',
-    upstreams: { sim: { sim: {} }, eleven: { base_url: standin.url, protocol: 'elevenlabs', api_key_env: 'TEST_ELEVENLABS_KEY' } },
+    upstreams: { sim: { sim: {} }, eleven: eleven(standin.url), eleven2: eleven(standin2.url) },
     models: MODELS, env: { TEST_ELEVENLABS_KEY: UPSTREAM_KEY },
   });
   const db = new pg.Client({ connectionString: gw.db.url });
   db.on('error', () => undefined); // the database is dropped with FORCE at the end
   await db.connect();
   teardown.push(() => db.end().catch(() => undefined));
-  shared = { standin, gw, db };
+  shared = { standin, standin2, gw, db };
 });
 after(async () => { for (const fn of teardown.reverse()) await fn(); });
 
 async function setup() {
-  const { standin, gw, db } = shared;
-  standin.requests.length = 0;
-  standin.sockets.length = 0;
-  standin.voices.clear();
+  const { standin, standin2, gw, db } = shared;
+  for (const st of [standin, standin2]) {
+    st.requests.length = 0;
+    st.sockets.length = 0;
+    st.voices.clear();
+    st.failures.length = 0;
+  }
   const acct = await gw.account('5');
   const client = new ElevenLabsClient({ apiKey: acct.key, baseUrl: `${gw.url}/beta`, maxRetries: 0, timeoutInSeconds: 30 });
   /** The account's debits, oldest first, once `n` of them are durable. */
@@ -57,7 +67,7 @@ async function setup() {
     }
     throw new Error(`fewer than ${n} debits`);
   };
-  return { standin, gw, client, ...acct, debits };
+  return { standin, standin2, gw, client, ...acct, debits };
 }
 
 async function bytes(stream) {
@@ -321,4 +331,216 @@ test('the config takes protocol elevenlabs only with a base_url and only for spe
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+const multiUrl = (gw, query = '') => `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${GEORGE}/multi-stream-input?model_id=eleven_flash_v2_5&output_format=pcm_16000${query}`;
+/** The text a context's audio frames spell (their alignments), as the client received them. */
+const spokenIn = (frames, id) => frames.filter((f) => typeof f.audio === 'string' && f.contextId === id).map((f) => f.alignment.chars.join('')).join('');
+
+test('multi-stream-input is relayed socket to socket: contexts opened, flushed and closed upstream, each context\'s text billed on its own parts, its final message saying its cost', async () => {
+  const { standin, gw, key, account, debits } = await setup();
+  const s = await connect(multiUrl(gw, '&inactivity_timeout=30'));
+  const [a1, a2, b1, b2, c1] = ['Alpha one. ', 'Alpha two. ', 'Bravo two words. ', 'Spoken at the end. ', 'Dropped text. '];
+  s.send({ text: ' ', context_id: 'a', voice_settings: { stability: 0.5, similarity_boost: 0.8 }, xi_api_key: key });
+  s.send({ text: ' ', context_id: 'b' });
+  s.send({ text: a1, context_id: 'a' });
+  s.send({ text: b1, context_id: 'b', flush: true });
+  s.send({ text: a2, context_id: 'a', flush: true });
+  await s.until((f) => f.isFinal === undefined && spokenIn(s.frames, 'a') === a1 + a2);
+  s.send({ context_id: 'a', close_context: true });
+  const finalA = await s.until((f) => f.isFinal === true && f.contextId === 'a');
+  // A context whose text was never flushed: closing it drops the text, and bills nothing.
+  s.send({ text: ' ', context_id: 'c' });
+  s.send({ text: c1, context_id: 'c' });
+  s.send({ context_id: 'c', close_context: true });
+  const finalC = await s.until((f) => f.isFinal === true && f.contextId === 'c');
+  s.send({ text: '', context_id: 'b' }); // keeps it alive
+  s.send({ text: b2, context_id: 'b' });
+  s.send({ close_socket: true });
+  const finalB = await s.until((f) => f.isFinal === true && f.contextId === 'b');
+  assert.equal((await s.closed).code, 1000);
+
+  // The client got the upstream's audio frames untouched, each naming its context.
+  assert.equal(spokenIn(s.frames, 'a'), a1 + a2);
+  assert.equal(spokenIn(s.frames, 'b'), b1 + b2);
+  assert.equal(spokenIn(s.frames, 'c'), '');
+  const firstB = s.frames.find((f) => f.contextId === 'b' && typeof f.audio === 'string');
+  assert.ok(Buffer.from(firstB.audio, 'base64').equals(audioOf('Bravo ', 'pcm_16000').body));
+
+  // The stand-in got the operator's key, the model's upstream name, and every frame as sent without the user's key.
+  const [seen] = standin.sockets;
+  assert.equal(seen.path, `/v1/text-to-speech/${GEORGE}/multi-stream-input`);
+  assert.equal(seen.headers['xi-api-key'], UPSTREAM_KEY);
+  assert.equal(seen.query.model_id, 'eleven_flash_v2_5');
+  assert.deepEqual(seen.frames[0], { text: ' ', context_id: 'a', voice_settings: { stability: 0.5, similarity_boost: 0.8 } });
+  assert.equal(seen.frames.length, 12, 'every message went on, the keep-alive and the closes included');
+  assert.deepEqual(seen.frames.at(-1), { close_socket: true });
+  assert.ok(!JSON.stringify(seen).includes(key), 'the user\'s key never reaches the upstream');
+
+  // One debit per stretch of a context's text the upstream spoke: a (both its messages), b twice; nothing for c.
+  const rows = await debits(3);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal((await debits(3)).length, 3);
+  const of = (id) => rows.filter((r) => r.usage.context_id === id);
+  assert.deepEqual(of('a').map((r) => r.usage.characters), [(a1 + a2).length]);
+  assert.deepEqual(of('b').map((r) => r.usage.characters), [b1.length, b2.length]);
+  assert.deepEqual(rows.map((r) => r.amount).sort(), [charCost((a1 + a2).length, 75), charCost(b1.length, 75), charCost(b2.length, 75)].sort());
+  assert.ok(rows.every((r) => r.model === 'eleven_flash_v2_5' && r.reason === 'beta.tts.multi_stream_input' && r.usage.upstream === 'elevenlabs'));
+  // Each context's final message says what its parts were billed.
+  const dollars = (nano) => Number(nano) / 1e9;
+  assert.equal(finalA.cost, dollars(charCost((a1 + a2).length, 75)));
+  assert.equal(finalB.cost, dollars(charCost(b1.length, 75) + charCost(b2.length, 75)));
+  assert.equal(finalC.cost, 0);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a relayed multi-stream-input socket the client drops mid-generation is billed the text of the audio under way, not text never spoken, and holds nothing after', async () => {
+  const { standin, gw, key, account, debits } = await setup();
+  const s = await connect(multiUrl(gw), { headers: { 'xi-api-key': key } });
+  const long = 'one two three four five six seven eight nine ten eleven twelve ';
+  s.send({ text: ' ', context_id: 'talk' });
+  s.send({ text: ' ', context_id: 'later' });
+  s.send({ text: 'never spoken because the client leaves ', context_id: 'later' });
+  s.send({ text: long, context_id: 'talk', flush: true });
+  await s.until((f) => typeof f.audio === 'string' && f.contextId === 'talk');
+  s.ws.terminate();
+  const rows = await debits(1);
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal((await debits(1)).length, 1, 'one debit: the generation under way');
+  assert.equal(rows[0].usage.characters, long.length);
+  assert.equal(rows[0].usage.context_id, 'talk');
+  assert.equal(rows[0].amount, charCost(long.length, 75));
+  const words = standin.sockets[0].frames.length;
+  assert.equal(words, 4, 'every frame reached the upstream before the client left');
+  await assertInvariants(assert, gw, account);
+});
+
+test('a relayed multi-stream-input session whose balance runs out is closed 1008 before the text goes on, saying what it was billed', async () => {
+  const { standin, gw } = await setup();
+  const { key, account } = await gw.account('0.001'); // 1,000,000 nanodollars: 13 characters at $75 per million
+  const s = await connect(multiUrl(gw), { headers: { 'xi-api-key': key } });
+  s.send({ text: ' ', context_id: 'a' });
+  s.send({ text: 'Ten chars.', context_id: 'a', flush: true });
+  await s.until((f) => typeof f.audio === 'string');
+  s.send({ text: ' ', context_id: 'b' });
+  s.send({ text: 'This is more than the balance covers.', context_id: 'b', flush: true });
+  const closed = await s.closed;
+  assert.equal(closed.code, 1008);
+  const said = closed.reason + JSON.stringify(s.frames);
+  assert.match(said, /insufficient_balance/);
+  assert.match(said, /This session was billed \$0\.00075 \(750000 nd\) in all/);
+  assert.equal(standin.sockets.at(-1).frames.length, 3, 'the text it could not pay for never reached the upstream');
+  assert.equal((await gw.cli('account', 'show', account)).balance, 0.00025, 'billed the ten characters spoken: 750,000 nanodollars');
+  await assertInvariants(assert, gw, account);
+});
+
+test('ElevenLabs\' errors keep their meaning: 404 names the voice or model, 400/422 keep the upstream\'s message, 401/403 are the gateway\'s 502, nothing billed', async () => {
+  const { standin, gw, client, account } = await setup();
+  const before = (await gw.cli('account', 'show', account)).balance;
+  const rejects = (p, status, check) => assert.rejects(p, (e) => {
+    assert.ok(e instanceof ElevenLabsError, String(e));
+    assert.equal(e.statusCode, status, JSON.stringify(e.body));
+    check(e);
+    return true;
+  });
+  // A voice ElevenLabs does not have: 404 naming it.
+  await rejects(client.textToSpeech.convert(ADAM, { text: 'hello', modelId: 'eleven_flash_v2_5' }), 404, (e) => {
+    assert.equal(e.body.detail.status, 'voice_not_found');
+    assert.match(e.body.detail.message, new RegExp(`voice_id '${ADAM}' was not found`));
+  });
+  // A model it does not have: 404 naming it.
+  await rejects(client.textToSpeech.stream(GEORGE, { text: 'hello', modelId: 'eleven_retired' }), 404, (e) => {
+    assert.equal(e.body.detail.status, 'model_not_found');
+    assert.match(e.body.detail.message, /model_id 'eleven_monolingual_v1' was not found/);
+  });
+  // Its validation: the same status, its message (it is about the client's input).
+  standin.failures.push({ status: 400, body: { detail: { status: 'invalid_request', message: 'The text contains no speakable characters.' } } });
+  await rejects(client.textToSpeech.convert(GEORGE, { text: '...', modelId: 'eleven_flash_v2_5' }), 400, (e) => {
+    assert.equal(e.body.detail.status, 'upstream_invalid_request');
+    assert.equal(e.body.detail.message, 'The text contains no speakable characters.');
+  });
+  standin.failures.push({ status: 422, body: { detail: [{ loc: ['body', 'voice_settings', 'stability'], msg: 'Input should be less than or equal to 1', type: 'less_than_equal' }] } });
+  await rejects(client.textToSpeech.convertWithTimestamps(GEORGE, { text: 'hello', modelId: 'eleven_flash_v2_5' }), 422, (e) => {
+    assert.equal(e.constructor.name, 'UnprocessableEntityError');
+    assert.deepEqual(e.body.detail, [{ loc: ['body', 'voice_settings', 'stability'], msg: 'Input should be less than or equal to 1', type: 'less_than_equal' }]);
+  });
+  // The operator's key refused (401) or short of a permission (403): the gateway's fault, a 502 saying so, never a 401.
+  standin.apiKey = 'sk_rotated';
+  try {
+    await rejects(client.textToSpeech.convert(GEORGE, { text: 'hello', modelId: 'eleven_flash_v2_5' }), 502, (e) => {
+      assert.equal(e.body.detail.status, 'upstream_error');
+      assert.match(e.body.detail.message, /refused the gateway's own credentials .*status 401.*not your API key/);
+      assert.ok(!JSON.stringify(e.body).includes('Invalid API key'));
+    });
+  } finally { standin.apiKey = UPSTREAM_KEY; }
+  standin.failures.push({ status: 403, body: { detail: { status: 'missing_permissions', message: 'The API key you used is missing the permission text_to_speech.' } } });
+  await rejects(client.speechToText.convert({ modelId: 'scribe_v1', file: new File([wav(500)], 'a.wav', { type: 'audio/wav' }) }), 502, (e) => {
+    assert.match(e.body.detail.message, /refused the gateway's own credentials .*status 403/);
+  });
+  assert.equal((await gw.cli('account', 'show', account)).balance, before, 'nothing was billed');
+  await assertInvariants(assert, gw, account);
+});
+
+test('an ElevenLabs 429 is retried on another upstream of the pool; with none, the client gets 429 with the upstream\'s Retry-After', async () => {
+  const { standin, standin2, gw, client, account, debits } = await setup();
+  const busy = (retryAfter) => ({ status: 429, headers: { 'retry-after': retryAfter },
+    body: { detail: { status: 'too_many_concurrent_requests', message: 'Too many concurrent requests for your subscription.' } } });
+  standin2.failures.push(busy('1'));
+  const text = 'Retried elsewhere.';
+  const audio = await bytes(await client.textToSpeech.convert(GEORGE, { text, modelId: 'eleven_pooled', outputFormat: 'pcm_16000' }));
+  assert.ok(audio.equals(audioOf(text, 'pcm_16000').body));
+  assert.equal(standin2.requests.length, 1, 'the first upstream answered 429');
+  assert.equal(standin.requests.length, 1, 'the other answered');
+  const [row] = await debits(1);
+  assert.equal(row.amount, charCost(text.length, 75), 'billed once');
+
+  const before = (await gw.cli('account', 'show', account)).balance;
+  standin2.failures.push(busy('7'));
+  await assert.rejects(client.textToSpeech.convert(GEORGE, { text, modelId: 'eleven_solo' }), (e) => {
+    assert.ok(e instanceof ElevenLabsError);
+    assert.equal(e.statusCode, 429);
+    assert.equal(e.body.detail.status, 'upstream_rate_limited');
+    assert.equal(e.rawResponse.headers.get('retry-after'), '7');
+    assert.equal(e.rawResponse.headers.get('retry-after-ms'), '7000');
+    return true;
+  });
+  assert.equal((await gw.cli('account', 'show', account)).balance, before, 'nothing billed for the 429');
+  await assertInvariants(assert, gw, account);
+});
+
+test('on the relayed sockets an ElevenLabs error message or refusal becomes the family\'s socket error, billing nothing for unspoken text', async () => {
+  const { standin, gw, key, account } = await setup();
+  const before = (await gw.cli('account', 'show', account)).balance;
+  // stream-input: ElevenLabs says the voice is gone mid-session.
+  const url = `${gw.url.replace(/^http/, 'ws')}/beta/v1/text-to-speech/${GEORGE}/stream-input?model_id=eleven_flash_v2_5&output_format=pcm_16000`;
+  let s = await connect(url, { headers: { 'xi-api-key': key } });
+  s.send({ text: ' ' });
+  s.send({ text: 'gone [error:voice_not_found] ', flush: true });
+  let closed = await s.closed;
+  assert.equal(closed.code, 1008);
+  const frame = s.frames.find((f) => f.error);
+  assert.equal(frame.error, 'voice_not_found');
+  assert.equal(frame.code, 1008);
+  assert.match(frame.message, /does not know what this request names/);
+  // multi-stream-input: ElevenLabs limits the gateway.
+  s = await connect(multiUrl(gw), { headers: { 'xi-api-key': key } });
+  s.send({ text: ' ', context_id: 'a' });
+  s.send({ text: 'busy [error:rate_limit_exceeded] ', context_id: 'a', flush: true });
+  closed = await s.closed;
+  assert.equal(closed.code, 1008);
+  assert.equal(s.frames.find((f) => f.error)?.error ?? closed.reason.split(':')[0], 'upstream_rate_limited');
+  // The operator's key refused at the upgrade: the gateway's fault (1011), never the client's key.
+  standin.apiKey = 'sk_rotated';
+  try {
+    s = await connect(multiUrl(gw), { headers: { 'xi-api-key': key } });
+    s.send({ text: ' ', context_id: 'a' });
+    closed = await s.closed;
+  } finally { standin.apiKey = UPSTREAM_KEY; }
+  assert.equal(closed.code, 1011);
+  const told = closed.reason + JSON.stringify(s.frames);
+  assert.match(told, /upstream_error/);
+  assert.match(told, /gateway's own credentials/);
+  assert.ok(!/invalid_api_key/.test(told));
+  assert.equal((await gw.cli('account', 'show', account)).balance, before, 'nothing was billed');
+  await assertInvariants(assert, gw, account);
 });

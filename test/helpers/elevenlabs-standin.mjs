@@ -65,6 +65,10 @@ function readForm(req) {
 
 /** Its premade voices (ids from the family's voice list) and the voices cloned on it. */
 const PREMADE = new Set(['21m00Tcm4TlvDq8ikWAM', 'JBFqnCBsd6RMkjVDRZzb', 'EXAVITQu4vr4xnSDxMaL']);
+/** The text-to-speech models it has (another model_id is 404 `model_not_found`, as ElevenLabs answers an unknown or retired model). */
+const TTS_MODELS = new Set(['eleven_multilingual_v2', 'eleven_flash_v2_5']);
+/** ElevenLabs closes a multi-context socket that opens a sixth context at once (1008, `max_active_conversations`). */
+const MAX_CONTEXTS = 5;
 
 /**
  * Starts the stand-in on port 0. `apiKey`: the only key it takes (401 otherwise, as ElevenLabs answers a
@@ -85,6 +89,13 @@ export async function startElevenLabs(t, apiKey, script = false) {
       return res.end(JSON.stringify(requests.map((r) => ({ ...r, form: r.form && { fields: r.form.fields, files: r.form.files.map((f) => f.name) } }))));
     }
     if (req.headers['xi-api-key'] !== standin.apiKey) { req.resume(); return detail(res, 401, 'invalid_api_key', 'Invalid API key'); }
+    // A test control: the next request is answered with this error (status, ElevenLabs' body, headers) as ElevenLabs would answer it.
+    const fail = standin.failures.shift();
+    if (fail) {
+      req.resume();
+      res.writeHead(fail.status, { 'content-type': 'application/json', ...fail.headers });
+      return res.end(JSON.stringify(fail.body));
+    }
     const known = (v) => PREMADE.has(v) || voices.has(v);
     const head = (text) => ({ 'request-id': randomBytes(10).toString('hex'), 'history-item-id': randomBytes(10).toString('hex'), 'x-character-count': String([...text].length) });
     let m;
@@ -92,6 +103,7 @@ export async function startElevenLabs(t, apiKey, script = false) {
       const body = JSON.parse((await readBody(req)).toString('utf8'));
       seen.json = body;
       if (!known(m[1])) return detail(res, 404, 'voice_not_found', `A voice with voice_id '${m[1]}' was not found.`);
+      if (body.model_id !== undefined && !TTS_MODELS.has(body.model_id)) return detail(res, 404, 'model_not_found', `A model with model_id '${body.model_id}' was not found.`);
       const a = audioOf(body.text, url.searchParams.get('output_format') ?? 'mp3_44100_128');
       if (!m[3]) {
         res.writeHead(200, { 'content-type': a.type, ...head(body.text) });
@@ -164,16 +176,19 @@ export async function startElevenLabs(t, apiKey, script = false) {
     req.resume();
     detail(res, 404, 'not_found', `no route ${req.method} ${url.pathname} on the stand-in`);
   });
-  // WS /v1/text-to-speech/{voice_id}/stream-input (AsyncAPI): text frames in, {audio, isFinal, normalizedAlignment, alignment} out.
+  // WS /v1/text-to-speech/{voice_id}/stream-input (AsyncAPI): text frames in, {audio, isFinal, normalizedAlignment, alignment} out;
+  // text with "[error:NAME]" in it (a test control) is answered with ElevenLabs' error message of that name and a 1008 close.
+  // WS .../multi-stream-input: multiContext below.
   const wss = new WebSocketServer({ noServer: true });
   server.on('upgrade', (req, socket, headBytes) => {
     const url = new URL(req.url, 'http://x');
-    const m = /^\/v1\/text-to-speech\/([^/]+)\/stream-input$/.exec(url.pathname);
+    const m = /^\/v1\/text-to-speech\/([^/]+)\/(multi-)?stream-input$/.exec(url.pathname);
     const seen = { path: url.pathname, query: Object.fromEntries(url.searchParams), headers: req.headers, frames: [] };
     requests.push({ method: 'WS', ...seen });
     if (!m || req.headers['xi-api-key'] !== standin.apiKey) { socket.end('HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n'); return; }
     wss.handleUpgrade(req, socket, headBytes, (ws) => {
       sockets.push(seen);
+      if (m[2]) return multiContext(ws, seen, url.searchParams.get('output_format') ?? 'mp3_44100_128');
       const format = url.searchParams.get('output_format') ?? 'mp3_44100_128';
       let buffered = '';
       let spoken = 0;
@@ -188,6 +203,8 @@ export async function startElevenLabs(t, apiKey, script = false) {
       ws.on('message', (data) => {
         const f = JSON.parse(data.toString('utf8'));
         seen.frames.push(f);
+        const e = /\[error:(\w+)\]/.exec(f.text ?? '');
+        if (e) return socketError(ws, e[1], `The request failed: ${e[1]}.`);
         if (f.text === '') { speak(buffered); buffered = ''; ws.send(JSON.stringify({ isFinal: true })); ws.close(1000); return; }
         // initializeConnection's text is a single space: it opens the stream and speaks nothing
         if (seen.frames.length > 1) buffered += f.text ?? '';
@@ -198,12 +215,74 @@ export async function startElevenLabs(t, apiKey, script = false) {
   await new Promise((r) => server.listen(0, '127.0.0.1', r));
   const standin = {
     url: `http://127.0.0.1:${server.address().port}`, requests, voices, sockets,
+    /** Errors to answer the next requests with, in turn: `{status, body, headers}` (a test control). */
+    failures: [],
     /** The key it takes (a test may change it: the operator's key revoked at ElevenLabs). */
     apiKey,
     async close() { for (const c of wss.clients) c.terminate(); server.closeAllConnections(); await new Promise((r) => server.close(r)); },
   };
   t.after(() => standin.close());
   return standin;
+}
+
+/** An error message in ElevenLabs' socket shape (`{message, error, code}`), then the close with that code. */
+function socketError(ws, error, message) {
+  ws.send(JSON.stringify({ message, error, code: 1008 }));
+  ws.close(1008, error);
+}
+
+/**
+ * WS /v1/text-to-speech/{voice_id}/multi-stream-input (AsyncAPI: InitializeConnectionMulti, InitialiseContext, SendTextMulti,
+ * FlushContext, CloseContext, CloseSocket, KeepContextAlive in; AudioOutputMulti, FinalOutputMulti out). Each context buffers its
+ * text; `flush` speaks it, one AudioOutputMulti per word (40 ms apart, as a generation streams), every context in turn;
+ * `close_context` drops what was not flushed and ends the context with FinalOutputMulti; `close_socket` flushes every context,
+ * ends each, then closes 1000. A message naming no context is the default one (its frames carry no contextId).
+ * Test control: text with "[error:NAME]" in it is answered with ElevenLabs' error message of that name and a 1008 close.
+ */
+function multiContext(ws, seen, format) {
+  const contexts = new Map();
+  const spoken = new Map();
+  let queue = Promise.resolve();
+  const out = (id, fields) => ws.readyState === 1 && ws.send(JSON.stringify(id === '' ? fields : { ...fields, contextId: id }));
+  const speak = (id, text) => {
+    queue = queue.then(async () => {
+      for (const word of text.split(/(?<= )/)) {
+        if (word.trim() === '' || ws.readyState !== 1) continue;
+        const a = audioOf(word, format);
+        const chars = [...word];
+        const at = spoken.get(id) ?? 0;
+        const al = { chars, charStartTimesMs: chars.map((_, i) => (at + i) * 60), charsDurationsMs: chars.map(() => 60) };
+        spoken.set(id, at + chars.length);
+        out(id, { audio: a.body.toString('base64'), normalizedAlignment: al, alignment: al });
+        await new Promise((r) => setTimeout(r, 40));
+      }
+    });
+  };
+  const flush = (id) => { const c = contexts.get(id); if (c && c.text.trim() !== '') speak(id, c.text); if (c) c.text = ''; };
+  const final = (id) => { queue = queue.then(() => out(id, { isFinal: true })); };
+  ws.on('message', (data) => {
+    const f = JSON.parse(data.toString('utf8'));
+    seen.frames.push(f);
+    if (f.close_socket === true) {
+      for (const id of contexts.keys()) { flush(id); final(id); }
+      contexts.clear();
+      queue = queue.then(() => ws.close(1000));
+      return;
+    }
+    const id = f.context_id ?? f.contextId ?? '';
+    const m = /\[error:(\w+)\]/.exec(f.text ?? '');
+    if (m) return socketError(ws, m[1], `The request failed: ${m[1]}.`);
+    if (f.close_context === true) { contexts.delete(id); final(id); return; }
+    let c = contexts.get(id);
+    if (!c) {
+      if (contexts.size >= MAX_CONTEXTS) return socketError(ws, 'max_active_conversations', `Maximum simultaneous contexts per WebSocket connection exceeded (${MAX_CONTEXTS}).`);
+      c = { text: '' };
+      contexts.set(id, c);
+    }
+    // a context's first text of a single space opens it and speaks nothing
+    if (typeof f.text === 'string' && f.text.trim() !== '') c.text += f.text;
+    if (f.flush === true) flush(id);
+  });
 }
 
 // `node test/helpers/elevenlabs-standin.mjs KEY` (the Python suite): prints {"url"} and serves until killed.

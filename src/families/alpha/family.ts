@@ -2,7 +2,7 @@
 import type { Family } from '../family.js';
 import { closeCode } from '../../errors.js';
 import { base62 } from '../../store/ids.js';
-import { openAiUpstreamError } from '../upstream-error.js';
+import { upstreamError } from '../upstream-error.js';
 
 export const alpha: Family = {
   name: 'alpha',
@@ -12,7 +12,7 @@ export const alpha: Family = {
     if (err.detail) body.detail = err.detail;
     return JSON.stringify(body);
   },
-  upstreamError: openAiUpstreamError,
+  upstreamError,
   // The Realtime API's `error` server event, then the close with the error's code as its reason.
   // `replyTo`: the client event the error answers (its event_id), when there is one.
   renderSocket(err, _requestId, replyTo = null) {

@@ -1,7 +1,7 @@
 // The beta family: the ElevenLabs API shape under /beta, with its FastAPI-style `detail` envelope.
 import type { Family } from '../family.js';
 import { closeCode, type GatewayError } from '../../errors.js';
-import { openAiUpstreamError } from '../upstream-error.js';
+import { upstreamError } from '../upstream-error.js';
 
 /** The specification's envelope, carried in the same body so that a client reading either finds the error. */
 function errorObject(err: GatewayError): Record<string, unknown> {
@@ -19,8 +19,8 @@ export const beta: Family = {
       error: errorObject(err),
     });
   },
-  // The speech upstreams speak the OpenAI-compatible protocol too.
-  upstreamError: openAiUpstreamError,
+  // The speech upstreams speak the OpenAI-compatible protocol or ElevenLabs' own: one reading of both (upstream-error.ts).
+  upstreamError,
   // ElevenLabs' WebSocket error message (`{message, error, code}`, code being the close code), then the close with the error's code as its reason.
   renderSocket(err) {
     const close = closeCode(err);

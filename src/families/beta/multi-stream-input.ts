@@ -11,6 +11,8 @@ import {
 } from './speech-stream.js';
 import { Generations, type FrameOut, type Generated } from './generation.js';
 import type { GenerationStream } from './produce.js';
+import { isNative } from './native.js';
+import { NativeStream } from './native-stream-input.js';
 
 const REASON = 'beta.tts.multi_stream_input';
 /**
@@ -63,11 +65,15 @@ class MultiStreamInput implements SessionHandler {
   private readonly generations: Generations | null;
   /** The session's one end (a refusal, close_socket, the client's close, a revoked key, shutdown). */
   private readonly end: SessionEnd;
+  /** The session relayed to an ElevenLabs upstream's own multi-stream-input (native-stream-input.ts); null otherwise. */
+  private native: NativeStream | null = null;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly o: StreamOptions,
     private key: KeyRecord | null, private session: SpeechSession | null) {
     this.generations = o.format ? new Generations(s, socket.id, o.headers) : null;
-    this.end = new SessionEnd(socket, this.generations ?? NO_WORK, () => this.session?.charge ?? null);
+    const work = this.generations ?? NO_WORK;
+    // A relayed session's parts settle (text never spoken gives its hold back) before the session's hold is freed.
+    this.end = new SessionEnd(socket, { stop: () => work.stop(), idle: async () => { await work.idle(); await this.native?.idle(); } }, () => this.session?.charge ?? null);
     this.follow();
   }
 
@@ -104,17 +110,24 @@ class MultiStreamInput implements SessionHandler {
           this.session = await openSpeechSession(this.s, this.key, this.socket.id, this.o, REASON);
           this.follow();
         }
+        if (this.session && isNative(this.s, this.session.target.model)) {
+          // ElevenLabs itself: socket to socket, every context's frames as the client sent them.
+          this.native = await NativeStream.open(this.s, this.socket, this.session, this.o, 'multi-stream-input', (how) => { if (!this.socket.closed) void this.stop(how); });
+          // The client left while the upstream socket opened: it closes at once (and frees its upstream's slot).
+          if (this.socket.closed) { this.native.end({ code: NORMAL, reason: '' }); return; }
+        }
       } catch (e) {
         if (e instanceof GatewayError) return void this.stop(refusedBy(e));
         throw e;
       }
       this.started = true;
     }
-    if (m.close_socket === true) return this.closeSocket();
+    if (m.close_socket === true && !this.native) return this.closeSocket();
     const id = m.context_id ?? m.contextId ?? null;
     if (id !== null && typeof id !== 'string') return this.error('`context_id` must be a string.', null);
     const text = m.text ?? null;
     if (text !== null && typeof text !== 'string') return this.error('`text` must be a string.', id);
+    if (this.native) return this.relay(m, id);
     if (m.close_context === true) return this.closeContext(id);
     const known = this.contexts.get(id ?? '');
     const ctx = known ?? this.open(id, m);
@@ -129,6 +142,17 @@ class MultiStreamInput implements SessionHandler {
     else for (let piece = ctx.buffer.take({ trigger: m.try_trigger_generation === true }); piece !== null; piece = ctx.buffer.take()) this.generate(ctx, piece);
     // Backpressure: a client that sends text faster than it is spoken waits here.
     if (this.generations && this.generations.queued > MAX_QUEUED) await this.generations.idle();
+  }
+
+  /** Relayed: what no upstream of the contract takes is refused by name (the message goes no further), the rest goes on as sent. */
+  private async relay(m: Record<string, unknown>, id: string | null): Promise<void> {
+    try {
+      checkFirstFrame(m);
+    } catch (e) {
+      if (!(e instanceof GatewayError)) throw e;
+      return this.error(`${e.code}: ${e.message} The message was not sent.`, id);
+    }
+    await this.native!.forward(m);
   }
 
   /** A context's first message: its voice settings and schedule; refused past the context limit. */
@@ -224,6 +248,7 @@ class MultiStreamInput implements SessionHandler {
   /** The session's end: timers off, then SessionEnd (nothing new starts, what is under way settles, the close, the slot freed). */
   private stop(how: EndHow): Promise<void> {
     this.disarm();
+    this.native?.end(how);
     for (const ctx of this.contexts.values()) this.disarmContext(ctx);
     return this.end.end(how);
   }

@@ -112,9 +112,9 @@ class StreamInput implements SessionHandler {
       this.buffer = new TextBuffer(scheduleOf(m));
       if (this.session && isNative(this.s, this.session.target.model)) {
         // ElevenLabs itself: socket to socket, the frames (voice_settings, generation_config, text) as the client sent them.
-        this.native = await NativeStream.open(this.s, this.socket, this.session, this.o, (code, reason) => { if (!this.socket.closed) this.refuse(code, reason); });
+        this.native = await NativeStream.open(this.s, this.socket, this.session, this.o, 'stream-input', (how) => { if (!this.socket.closed) void this.stop(how); });
         // The client left while the upstream socket opened: it closes at once (and frees its upstream's slot).
-        if (this.socket.closed) { this.native.end(NORMAL, ''); return; }
+        if (this.socket.closed) { this.native.end({ code: NORMAL, reason: '' }); return; }
       } else if (this.session) this.voice = voiceOfFrame(this.s, this.session, m);
     } catch (e) {
       if (e instanceof GatewayError) return void this.stop(refusedBy(e));
@@ -199,7 +199,7 @@ class StreamInput implements SessionHandler {
 
   async closed(): Promise<void> {
     // Relayed: the upstream's socket closes; audio already on its way is billed only if delivered.
-    this.native?.end(NORMAL, '');
+    this.native?.end({ code: NORMAL, reason: '' });
     await this.native?.idle();
     // The client left: the generation under way stops (its upstream call is cancelled) and is billed
     // the characters of the audio it sent, as a dropped HTTP stream is; then the slot is freed.
@@ -208,7 +208,7 @@ class StreamInput implements SessionHandler {
   }
 
   async shutdown(): Promise<void> {
-    this.native?.end(GOING_AWAY, 'the gateway is shutting down');
+    this.native?.end({ code: GOING_AWAY, reason: 'the gateway is shutting down' });
     await this.native?.idle();
     // A generation under way finishes and is billed, then the client hears 1001 (going away).
     await this.stop({ code: GOING_AWAY, reason: 'the gateway is shutting down' });

@@ -1,6 +1,7 @@
 """The official `elevenlabs` Python client against a gateway whose speech models live on ElevenLabs' own API
 (`protocol: elevenlabs`), here the stand-in test/helpers/elevenlabs-standin.mjs: text to speech, with
-timestamps, and the stream-input socket relayed socket to socket, billed by Tollgate's own character count."""
+timestamps, and the stream-input socket relayed socket to socket, billed by Tollgate's own character count; an ElevenLabs
+404 reaching the client as a 404 naming the voice. (The client has no multi-context helper, only its message types.)"""
 from __future__ import annotations
 
 import base64
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from elevenlabs.client import ElevenLabs
+from elevenlabs.core.api_error import ApiError
 
 from gateway import NODE, REPO, Gateway
 
@@ -90,3 +92,17 @@ def test_convert_realtime_is_relayed_socket_to_socket_and_billed_per_character_s
     assert spoken.replace(" ", "") == "".join(parts).replace(" ", "")
     assert len(audio) == sum(round(len(f["text"]) * 0.06 * 16000) * 2 for f in socket["frames"][1:] if f.get("text", "").strip())
     gw.assert_debited(acct.key, before, len(spoken) * PER_MCHAR_NANO // 1_000_000)
+
+
+def test_a_voice_elevenlabs_does_not_have_is_a_404_naming_it_and_bills_nothing(upstream):
+    gw: Gateway = upstream["gw"]
+    acct = gw.account("1", scopes="voice")
+    tts = ElevenLabs(api_key=acct.key, base_url=gw.url + "/beta").text_to_speech
+    adam = "pNInz6obpgDQGcFmaJgB"  # premade at Tollgate, unknown to the stand-in
+    before = gw.balance(acct.key)
+    with pytest.raises(ApiError) as e:
+        b"".join(tts.convert(adam, text="hello", model_id="eleven_flash_v2_5"))
+    assert e.value.status_code == 404
+    assert e.value.body["detail"]["status"] == "voice_not_found"
+    assert f"voice_id '{adam}' was not found" in e.value.body["detail"]["message"]
+    assert gw.balance(acct.key) == before
