@@ -137,7 +137,7 @@ test('a realtime cascade session and a stream-input session on models whose firs
   await assertInvariants(assert, gw, account);
 });
 
-test('the pass-through socket opens on the second upstream when the first refuses the connection or answers the upgrade 503', { timeout: 60_000 }, async (t) => {
+test('the pass-through socket opens on the second upstream when the first refuses the connection or answers the upgrade 503', { timeout: 240_000 }, async (t) => {
   const refused = await refusedUrl();
   const busy = await busyUpgrades(t);
   const live = await liveSim(t);
@@ -170,7 +170,7 @@ test('the pass-through socket opens on the second upstream when the first refuse
   await assertInvariants(assert, gw, account);
 });
 
-test('max_concurrency 1 on each upstream: an open pass-through holds its slot, the next session goes to the other upstream, a third is refused upstream_busy, a closed one frees its slot', { timeout: 60_000 }, async (t) => {
+test('max_concurrency 1 on each upstream: an open pass-through holds its slot, the next session goes to the other upstream, a third is refused upstream_busy, a closed one frees its slot', { timeout: 240_000 }, async (t) => {
   const a = await liveSim(t);
   const b = await liveSim(t);
   const one = { realtime_api: true, max_concurrency: 1, queue_ms: 0 };
