@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startGateway, bearer, assertInvariants, priceNano, dollarsToNano, CLI, NODE } from './helpers/gateway.mjs';
 import { startStub, errorReply, refusedUrl } from './helpers/stub-upstream.mjs';
+import OpenAI from 'openai';
 
 /** cheap-chat's prices: $0.10 in, $0.40 out per 1M tokens (nanodollars per 1M tokens). */
 const CHEAP = [100_000_000n, 400_000_000n];
@@ -35,7 +36,7 @@ async function recorder(t) {
 }
 
 /** A gateway whose `big-chat` cannot be reached (connection refused), `busy-chat` answers 503, `broken-chat` 502; `cheap-chat` is sim at other prices, `rec-chat` a recorder. */
-async function setUp(t) {
+async function setUp(t, extra = {}) {
   const down = await refusedUrl();
   const rec = await recorder(t);
   const busy = await startStub(t);
@@ -43,7 +44,7 @@ async function setUp(t) {
   const broken = await startStub(t);
   broken.reply = errorReply(502);
   const gw = await startGateway(t, {
-    store: 'postgres',
+    store: 'postgres', ...extra,
     upstreams: { sim: { sim: {} }, down: { base_url: down }, busy: { base_url: busy.url }, broken: { base_url: broken.url }, rec: { base_url: rec.url } },
     models: [
       chat('sim-chat', 'sim'),
@@ -239,6 +240,51 @@ test('a key that opted in (`fallback`) gets the model\'s configured fallbacks; a
     status = (await post(gw, opted.key, '/v1/chat/completions', body)).status;
   }
   assert.equal(status, 502);
+  await assertInvariants(assert, gw, account);
+});
+
+test('a batch line with `models` falls back like a live request: its reply names the model that answered, billed at its prices; a line without fails', { timeout: 240_000 }, async (t) => {
+  const { gw } = await setUp(t, { env: { TOLLGATE_BATCH_POLL_MS: '50', TOLLGATE_BATCH_LEASE_MS: '1500' } });
+  const { key, account } = await gw.account('2');
+  const line = (id, extra) => JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/completions', body: { model: 'big-chat', prompt: 'Say hello.', max_tokens: 10, ...extra } });
+  const form = new FormData();
+  form.append('purpose', 'batch');
+  form.append('file', new Blob([`${line('listed', { models: ['cheap-chat'] })}\n${line('plain', {})}\n`], { type: 'application/jsonl' }), 'in.jsonl');
+  const file = await (await gw.fetch('/v1/files', { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form })).json();
+  let b = await (await gw.fetch('/v1/batches', { method: 'POST', headers: bearer(key), body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/completions', completion_window: '24h' }) })).json();
+  for (let i = 0; i < 1200 && !['completed', 'failed', 'cancelled', 'expired'].includes(b.status); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    b = await (await gw.fetch(`/v1/batches/${b.id}`, { headers: bearer(key) })).json();
+  }
+  assert.equal(b.status, 'completed', JSON.stringify(b));
+  const lines = async (id) => (await (await gw.fetch(`/v1/files/${id}/content`, { headers: bearer(key) })).text()).split('\n').filter(Boolean).map((l) => JSON.parse(l));
+  const [out] = await lines(b.output_file_id);
+  assert.equal(out.custom_id, 'listed');
+  assert.equal(out.response.status_code, 200);
+  assert.equal(out.response.body.model, 'cheap-chat', 'the line\'s reply names the model that answered');
+  const [err] = await lines(b.error_file_id);
+  assert.equal(err.custom_id, 'plain');
+  assert.equal(err.response.status_code, 502, 'a line without `models` does not fall back');
+  const u = out.response.body.usage;
+  assert.equal(await spentSince(gw, account, 2), priceNano(u.prompt_tokens, u.completion_tokens, ...CHEAP), 'billed at cheap-chat\'s (batch) prices');
+  await assertInvariants(assert, gw, account);
+});
+
+test('the official Node `openai` client sends `models` on completions and responses (as a request option\'s body, or as an extra field) and sees the model that answered', { timeout: 240_000 }, async (t) => {
+  const { gw } = await setUp(t);
+  const { key, account } = await gw.account('2');
+  const client = new OpenAI({ apiKey: key, baseURL: `${gw.url}/v1`, maxRetries: 0 });
+  const params = { model: 'big-chat', prompt: 'Say hello.', max_tokens: 10 };
+  await assert.rejects(client.completions.create(params), (e) => e instanceof OpenAI.APIError && e.status === 502, 'no models, no fallback');
+  // The client's request options take the whole body: `models` goes beside the typed params, no type suppressed.
+  const { data, response } = await client.completions.create(params, { body: { ...params, models: ['cheap-chat'] } }).withResponse();
+  assert.equal(data.model, 'cheap-chat');
+  assert.equal(response.headers.get('x-tollgate-fallback'), 'big-chat');
+  const r = await client.responses.create({ model: 'big-chat', input: 'Say hello.', max_output_tokens: 16, models: ['cheap-chat'] });
+  assert.equal(r.model, 'cheap-chat');
+  assert.ok(r.output_text.length > 0);
+  const spent = priceNano(data.usage.prompt_tokens, data.usage.completion_tokens, ...CHEAP) + priceNano(r.usage.input_tokens, r.usage.output_tokens, ...CHEAP);
+  assert.equal(await spentSince(gw, account, 2), spent);
   await assertInvariants(assert, gw, account);
 });
 
