@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { startGateway, bearer, assertInvariants, priceNano, dollarsToNano, CLI, NODE } from './helpers/gateway.mjs';
 import { startStub, errorReply, refusedUrl } from './helpers/stub-upstream.mjs';
 import OpenAI from 'openai';
+import { ConsoleClient } from './browser/client.mjs';
 
 /** cheap-chat's prices: $0.10 in, $0.40 out per 1M tokens (nanodollars per 1M tokens). */
 const CHEAP = [100_000_000n, 400_000_000n];
@@ -286,6 +287,30 @@ test('the official Node `openai` client sends `models` on completions and respon
   const spent = priceNano(data.usage.prompt_tokens, data.usage.completion_tokens, ...CHEAP) + priceNano(r.usage.input_tokens, r.usage.output_tokens, ...CHEAP);
   assert.equal(await spentSince(gw, account, 2), spent);
   await assertInvariants(assert, gw, account);
+});
+
+test('the console opts a key in to model fallback on create and out on edit, shows it, and key inspection follows', { timeout: 240_000 }, async (t) => {
+  const gw = await startGateway(t, { store: 'postgres' });
+  const c = new ConsoleClient(gw.url);
+  await c.signup(`c${randomBytes(5).toString('hex')}@example.com`);
+  const { key, prefix } = await c.createKey({ fallback: 'on' });
+  const shown = async (want) => {
+    let v;
+    for (let i = 0; i < 50; i++) {
+      v = (await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json()).fallback;
+      if (v === want) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return v;
+  };
+  assert.equal(await shown(true), true);
+  assert.match((await c.request('/console/keys')).text, /model fallback/);
+  assert.match((await c.request(`/console/keys/${prefix}`)).text, /name="fallback" checked/);
+  // An edit without the box ticked opts the key out.
+  const edit = await c.post(`/console/keys/${prefix}`, { label: 'k', spend_limit: '', period: 'monthly', rpm: '', concurrency: '', tpm: '', chars_per_min: '', audio_secs_per_min: '' }, `/console/keys/${prefix}`);
+  assert.equal(edit.status, 303);
+  assert.equal(await shown(false), false);
+  assert.doesNotMatch((await c.request(`/console/keys/${prefix}`)).text, /name="fallback" checked/);
 });
 
 test('a model\'s fallbacks are checked when the config loads: known ids, chat models, not itself', () => {

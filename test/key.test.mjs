@@ -30,7 +30,7 @@ for (const store of ['postgres', 'pglite']) {
       assert.equal(now.balance, nanoToNumber(dollarsToNano('3') - spent), 'balance moved by exactly price × usage');
     }
     const after = await (await gw.fetch('/svc/v1/key', { headers: { 'xi-api-key': key } })).json();
-    assert.deepEqual(Object.keys(after).sort(), ['balance', 'label', 'limit', 'limit_remaining', 'limit_reset', 'prefix', 'rate_limit', 'usage_daily', 'usage_monthly']);
+    assert.deepEqual(Object.keys(after).sort(), ['balance', 'fallback', 'label', 'limit', 'limit_remaining', 'limit_reset', 'prefix', 'rate_limit', 'usage_daily', 'usage_monthly']);
     assert.equal(after.usage_daily, nanoToNumber(spent));
     assert.equal(after.usage_monthly, nanoToNumber(spent));
     assert.equal(after.limit_remaining, nanoToNumber(dollarsToNano('1.5') - spent));
