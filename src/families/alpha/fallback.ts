@@ -2,15 +2,13 @@
 import type { Services } from '../../services.js';
 import type { ModelConfig } from '../../config.js';
 import type { KeyRecord } from '../../store/keys.js';
-import { FALLBACK_HEADER, type ExchangeClient, type FallbackNote } from './metered.js';
+import type { ExchangeClient, FallbackNote } from './metered.js';
 import { GatewayError } from '../../errors.js';
 import { wasUndone } from '../../proxy/routed.js';
 import { atMostOutput } from '../validate.js';
 
 /** The most models a body's `models` list may name. */
 export const MAX_FALLBACKS = 8;
-
-export { FALLBACK_HEADER };
 
 /** A request's models in the order they may be tried, and the request as the upstream may see it (no `models`). */
 export interface FallbackPlan<T extends Record<string, unknown>> {
