@@ -17,7 +17,7 @@ for (const store of ['postgres', 'pglite']) {
     const before = await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json();
     assert.deepEqual(before, {
       label: 'ci key', prefix, limit: 1.5, limit_remaining: 1.5, limit_reset: 'daily',
-      usage_daily: 0, usage_monthly: 0, rate_limit: { rpm: 120, concurrency: 4, tpm: null, characters_per_minute: null, audio_seconds_per_minute: null }, balance: 3,
+      usage_daily: 0, usage_monthly: 0, fallback: false, rate_limit: { rpm: 120, concurrency: 4, tpm: null, characters_per_minute: null, audio_seconds_per_minute: null }, balance: 3,
     });
     let spent = 0n;
     for (const extra of [{}, { max_tokens: 5 }, { messages: [{ role: 'user', content: 'A longer prompt, with several words, to change the count.' }] }]) {
