@@ -48,8 +48,8 @@ const USAGE = `usage: tollgate <command>
   account credit ACCOUNT --amount DOLLARS [--reason TEXT] [--json]
   account sign-in-link ACCOUNT [--json]
   key create --account ACCOUNT [--label L] [--scopes llm,voice,batch] [--spend-limit DOLLARS --period daily|monthly] [--rpm N] [--concurrency N]
-             [--tpm N] [--chars-per-min N] [--audio-secs-per-min N] [--json]
-  key limits PREFIX [--rpm N|none] [--concurrency N|none] [--tpm N|none] [--chars-per-min N|none] [--audio-secs-per-min N|none] [--json]
+             [--tpm N] [--chars-per-min N] [--audio-secs-per-min N] [--fallback true|false] [--json]
+  key limits PREFIX [--rpm N|none] [--concurrency N|none] [--tpm N|none] [--chars-per-min N|none] [--audio-secs-per-min N|none] [--fallback true|false] [--json]
   key revoke KEY_OR_PREFIX [--json]
   key list --account ACCOUNT [--json]
 ACCOUNT is an account id (acct_...) or its email. Every command takes --config FILE / --data-dir DIR

@@ -93,6 +93,8 @@ const Model = Type.Object({
   max_output_tokens: Type.Integer({ minimum: 1, default: 8192 }),
   batch_discount_percent: Type.Integer({ minimum: 0, maximum: 100, default: 0, description: 'batch lines cost the live prices less this percentage' }),
   voice_cloning: Type.Boolean({ default: false, description: 'a tts model whose upstream clones voices from samples (docs/upstreams.md): cloned voices synthesize with it' }),
+  fallbacks: Type.Array(Type.String({ minLength: 1 }), { default: [], uniqueItems: true, maxItems: 8,
+    description: 'chat models (ids or aliases) a request for this one is tried on, in order, when its upstreams cannot serve it: only for keys that opted in (fallback)' }),
   speech_params: Type.Array(Type.Union(SPEECH_PARAMS.map((p) => Type.Literal(p))), {
     default: [], uniqueItems: true, description: 'the beta family\'s speech parameters this tts model\'s upstream honours, sent on as extra JSON fields of /v1/audio/speech (a sts model: voice_settings, sent on as a form field of /v1/audio/voice-conversion)' }),
 }, { additionalProperties: false });
@@ -197,6 +199,8 @@ export interface ModelConfig {
   speechParams: readonly SpeechParam[];
   /** A realtime model on a `realtime_api` upstream: its sessions are relayed to the upstream's own realtime socket. */
   passthrough: boolean;
+  /** Chat models (ids) a request for this one may fall back to, in order: only for a key that opted in. */
+  fallbacks: readonly string[];
 }
 
 export interface UpstreamConfig {
@@ -380,8 +384,20 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     return {
       id: m.id, upstream: pool[0]!.name, pool, upstreamModel: m.upstream_model ?? m.id, aliases: m.aliases, kind: m.kind,
       description: m.description, simulated: m.simulated, prices, batchPrices: discounted(prices, m.batch_discount_percent),
-      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning, speechParams: m.speech_params, passthrough,
+      maxOutputTokens: m.max_output_tokens, voiceCloning: m.voice_cloning, speechParams: m.speech_params, passthrough, fallbacks: [],
     };
+  });
+  // Fallbacks name models of the same kind (only chat routes fall back), each by its id once all are known.
+  c.models.forEach((m, i) => {
+    if (m.fallbacks.length > 0 && m.kind !== 'chat') fail(`/models/${i}/fallbacks`, 'only a chat model falls back to other models');
+    const ids = m.fallbacks.map((name, j) => {
+      const f = models.find((x) => x.id === name || x.aliases.includes(name));
+      if (!f) return fail(`/models/${i}/fallbacks/${j}`, `no model named "${name}"`);
+      if (f.kind !== m.kind) fail(`/models/${i}/fallbacks/${j}`, `"${name}" is a ${f.kind} model, not ${m.kind}`);
+      if (f.id === m.id) fail(`/models/${i}/fallbacks/${j}`, `"${name}" is this model itself`);
+      return f.id;
+    });
+    models[i]!.fallbacks = [...new Set(ids)];
   });
   const realtimeModel = (field: 'transcription_model' | 'speech_model', kind: 'stt' | 'tts'): string | undefined => {
     const name = c.realtime[field];

@@ -58,6 +58,12 @@ const LIMIT_FLAGS = [['rpm', 'rpmLimit'], ['concurrency', 'concurrencyLimit'], [
 
 function limitFlags(a: OpArgs, clearing: boolean): KeyLimits {
   const out: KeyLimits = {};
+  // Model fallback: the key opts in (true) or out (false) of its models' configured fallbacks.
+  const fb = str(a, 'fallback', false);
+  if (fb !== undefined) {
+    if (fb !== 'true' && fb !== 'false') throw new OpError(`--fallback must be true or false, got "${fb}"`);
+    out.fallback = fb === 'true';
+  }
   for (const [flag, field] of LIMIT_FLAGS) {
     const text = str(a, flag, false);
     if (text === undefined) continue;
@@ -71,7 +77,7 @@ export function keyView(k: KeyRecord, spend?: { day: bigint; month: bigint }): R
     prefix: k.prefix, label: k.label, account_id: k.accountId, scopes: k.scopes,
     spend_limit: k.spendLimit === null ? null : nanoToDollars(k.spendLimit), spend_limit_period: k.spendLimitPeriod,
     rpm_limit: k.rpmLimit, concurrency_limit: k.concurrencyLimit,
-    tpm_limit: k.tpmLimit, chars_per_min_limit: k.charsPerMinLimit, audio_secs_per_min_limit: k.audioSecsPerMinLimit,
+    tpm_limit: k.tpmLimit, chars_per_min_limit: k.charsPerMinLimit, audio_secs_per_min_limit: k.audioSecsPerMinLimit, fallback: k.fallback,
     revoked_at: k.revokedAt?.toISOString() ?? null, created_at: k.createdAt.toISOString(),
     ...(spend ? { usage_daily: nanoToDollars(spend.day), usage_monthly: nanoToDollars(spend.month) } : {}),
   };
@@ -168,10 +174,10 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       return keyView(rec);
     }
     case 'key limits': {
-      // Sets the rate and usage limits of a key by its prefix; `none` removes one (the server's default applies to rpm and concurrency).
+      // Sets the rate and usage limits of a key by its prefix; `none` removes one (the server's default applies to rpm and concurrency); --fallback true|false its opt-in.
       const prefix = str(a, 'prefix')!.slice(0, KEY_DISPLAY_PREFIX_LEN);
       const limits = limitFlags(a, true);
-      if (Object.keys(limits).length === 0) throw new OpError('give at least one of --rpm, --concurrency, --tpm, --chars-per-min, --audio-secs-per-min (a whole number, or none)');
+      if (Object.keys(limits).length === 0) throw new OpError('give at least one of --rpm, --concurrency, --tpm, --chars-per-min, --audio-secs-per-min (a whole number, or none), --fallback (true or false)');
       const rec = await updateKeyLimits(d.db, prefix, limits);
       if (!rec) throw missing(`no key with prefix ${prefix}: \`key list --account ACCOUNT\` shows an account's keys`);
       d.onKey?.(rec);

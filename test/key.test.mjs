@@ -17,7 +17,7 @@ for (const store of ['postgres', 'pglite']) {
     const before = await (await gw.fetch('/svc/v1/key', { headers: bearer(key) })).json();
     assert.deepEqual(before, {
       label: 'ci key', prefix, limit: 1.5, limit_remaining: 1.5, limit_reset: 'daily',
-      usage_daily: 0, usage_monthly: 0, rate_limit: { rpm: 120, concurrency: 4, tpm: null, characters_per_minute: null, audio_seconds_per_minute: null }, balance: 3,
+      usage_daily: 0, usage_monthly: 0, fallback: false, rate_limit: { rpm: 120, concurrency: 4, tpm: null, characters_per_minute: null, audio_seconds_per_minute: null }, balance: 3,
     });
     let spent = 0n;
     for (const extra of [{}, { max_tokens: 5 }, { messages: [{ role: 'user', content: 'A longer prompt, with several words, to change the count.' }] }]) {
@@ -30,7 +30,7 @@ for (const store of ['postgres', 'pglite']) {
       assert.equal(now.balance, nanoToNumber(dollarsToNano('3') - spent), 'balance moved by exactly price × usage');
     }
     const after = await (await gw.fetch('/svc/v1/key', { headers: { 'xi-api-key': key } })).json();
-    assert.deepEqual(Object.keys(after).sort(), ['balance', 'label', 'limit', 'limit_remaining', 'limit_reset', 'prefix', 'rate_limit', 'usage_daily', 'usage_monthly']);
+    assert.deepEqual(Object.keys(after).sort(), ['balance', 'fallback', 'label', 'limit', 'limit_remaining', 'limit_reset', 'prefix', 'rate_limit', 'usage_daily', 'usage_monthly']);
     assert.equal(after.usage_daily, nanoToNumber(spent));
     assert.equal(after.usage_monthly, nanoToNumber(spent));
     assert.equal(after.limit_remaining, nanoToNumber(dollarsToNano('1.5') - spent));

@@ -69,6 +69,10 @@ export interface Relay {
   requestId: string;
   /** Named in the log when a stream breaks. */
   label: string;
+  /** Headers the family adds to a 200 reply (a fallback model's `x-tollgate-fallback`). */
+  headers?: Record<string, string>;
+  /** What the ledger entry keeps besides the meter's record (the model a fallback stood in for). */
+  meta?: Record<string, unknown>;
   /** Turns a 200 reply's body into what the meter reads (a format conversion); it must end `complete` only when whole. */
   convert?: (res: IncomingMessage) => ReplyBody;
 }
@@ -102,6 +106,7 @@ export async function relay(r: Relay): Promise<void> {
     }
     const head = r.meter.onResponse(res.headers);
     let headers = head.headers ? { ...r.charge.rateHeaders, ...head.headers } : r.charge.rateHeaders;
+    if (r.headers) headers = { ...headers, ...r.headers };
     // A stream billed a fixed amount once anything is sent (speech) says so up front; others' cost is known at their end.
     const known = r.meter.mode === 'stream' ? r.meter.known?.() : undefined;
     if (known) headers = { ...headers, ...costHeaders(r.charge.cost(known), known) };
@@ -141,7 +146,7 @@ export function costHeaders(cost: bigint, u: Usage): Record<string, string> {
 
 /** What the ledger entry keeps besides the usage: the meter's own record, and whether the client left. */
 function extra(r: Relay): Record<string, unknown> {
-  const own = r.meter.meta?.() ?? {};
+  const own = r.meta ? { ...r.meter.meta?.(), ...r.meta } : r.meter.meta?.() ?? {};
   return r.down.aborted ? { ...own, client_dropped: true } : own;
 }
 

@@ -78,6 +78,9 @@ export function billedReceipt(h: ReceiptHead, entries: ReceiptEntry[]): { [k: st
     started_at: started, ended_at: entries[entries.length - 1]!.at.toISOString(),
   };
   if (entries.length > 1 || 'seq' in first) r.parts = parts;
+  // Served by a fallback model (issue 27): `model` is the one that answered, this the one the request named.
+  const from = entries[0]!.usage.fallback_from;
+  if (typeof from === 'string') r.fallback_from = from;
   return r;
 }
 

@@ -22,6 +22,8 @@ export interface KeyRecord {
   tpmLimit: number | null;
   charsPerMinLimit: number | null;
   audioSecsPerMinLimit: number | null;
+  /** Opted in to model fallback: a request naming no `models` may be served by its model's configured fallbacks. */
+  fallback: boolean;
   revokedAt: Date | null;
   createdAt: Date;
   version: bigint;
@@ -38,10 +40,11 @@ export interface NewKey {
   tpmLimit?: number | null;
   charsPerMinLimit?: number | null;
   audioSecsPerMinLimit?: number | null;
+  fallback?: boolean;
 }
 
 const COLS = `id, account_id, prefix, key_hash, label, scopes, spend_limit_nd, spend_limit_period, rpm_limit,
-  concurrency_limit, tpm_limit, chars_per_min_limit, audio_secs_per_min_limit, revoked_at, created_at, version`;
+  concurrency_limit, tpm_limit, chars_per_min_limit, audio_secs_per_min_limit, fallback, revoked_at, created_at, version`;
 
 export function toKey(r: Record<string, unknown>): KeyRecord {
   return {
@@ -51,7 +54,7 @@ export function toKey(r: Record<string, unknown>): KeyRecord {
     spendLimitPeriod: (r.spend_limit_period as Period | null) ?? null,
     rpmLimit: (r.rpm_limit as number | null) ?? null, concurrencyLimit: (r.concurrency_limit as number | null) ?? null,
     tpmLimit: (r.tpm_limit as number | null) ?? null, charsPerMinLimit: (r.chars_per_min_limit as number | null) ?? null,
-    audioSecsPerMinLimit: (r.audio_secs_per_min_limit as number | null) ?? null,
+    audioSecsPerMinLimit: (r.audio_secs_per_min_limit as number | null) ?? null, fallback: r.fallback === true,
     revokedAt: (r.revoked_at as Date | null) ?? null, createdAt: r.created_at as Date, version: r.version as bigint,
   };
 }
@@ -63,11 +66,11 @@ export async function createKey(db: Queryable, k: NewKey): Promise<{ key: string
     try {
       const res = await db.query(
         `INSERT INTO api_keys (id, account_id, prefix, key_hash, label, scopes, spend_limit_nd, spend_limit_period, rpm_limit, concurrency_limit,
-           tpm_limit, chars_per_min_limit, audio_secs_per_min_limit)
-         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) RETURNING ${COLS}`,
+           tpm_limit, chars_per_min_limit, audio_secs_per_min_limit, fallback)
+         VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) RETURNING ${COLS}`,
         [newId('key'), k.accountId, material.prefix, material.hash, k.label ?? '', k.scopes ?? ['llm', 'voice', 'batch'],
           k.spendLimit ?? null, k.spendLimit == null ? null : k.spendLimitPeriod ?? 'monthly', k.rpmLimit ?? null, k.concurrencyLimit ?? null,
-          k.tpmLimit ?? null, k.charsPerMinLimit ?? null, k.audioSecsPerMinLimit ?? null],
+          k.tpmLimit ?? null, k.charsPerMinLimit ?? null, k.audioSecsPerMinLimit ?? null, k.fallback ?? false],
       );
       return { key: material.key, record: toKey(res.rows[0]!) };
     } catch (e) {
@@ -108,6 +111,7 @@ export interface KeyLimits {
   tpmLimit?: number | null;
   charsPerMinLimit?: number | null;
   audioSecsPerMinLimit?: number | null;
+  fallback?: boolean;
 }
 
 export async function updateKeyLimits(db: Queryable, prefix: string, l: KeyLimits): Promise<KeyRecord | null> {
@@ -124,6 +128,7 @@ export async function updateKeyLimits(db: Queryable, prefix: string, l: KeyLimit
   if (l.tpmLimit !== undefined) set('tpm_limit', l.tpmLimit);
   if (l.charsPerMinLimit !== undefined) set('chars_per_min_limit', l.charsPerMinLimit);
   if (l.audioSecsPerMinLimit !== undefined) set('audio_secs_per_min_limit', l.audioSecsPerMinLimit);
+  if (l.fallback !== undefined) set('fallback', l.fallback);
   if (sets.length === 0) return keyByPrefix(db, prefix);
   const res = await db.query(`UPDATE api_keys SET ${sets.join(', ')} WHERE prefix = $1 RETURNING ${COLS}`, params);
   return res.rows[0] ? toKey(res.rows[0]) : null;

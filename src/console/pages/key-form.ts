@@ -7,6 +7,8 @@ export interface KeyFields {
   label: string; scopes: string[]; spendLimit: string; period: string; rpm: string; concurrency: string;
   /** Per-minute usage limits: tokens (text), characters (speech), audio seconds (transcription); empty is none. */
   tpm: string; charsPerMin: string; audioSecsPerMin: string;
+  /** Opted in to model fallback (a checkbox). */
+  fallback: boolean;
 }
 
 export interface KeyInput {
@@ -19,6 +21,7 @@ export interface KeyInput {
   tpm: number | null;
   charsPerMin: number | null;
   audioSecsPerMin: number | null;
+  fallback: boolean;
 }
 
 const SCOPE_HELP: Record<Scope, string> = { llm: 'text and embeddings', voice: 'speech', batch: 'batch jobs' };
@@ -27,22 +30,24 @@ const MAX_CONCURRENCY = 100_000;
 /** The database column is a 32-bit integer. */
 const MAX_USAGE = 2_000_000_000;
 
-export const EMPTY_FIELDS: KeyFields = { label: '', scopes: [...SCOPES], spendLimit: '', period: 'monthly', rpm: '', concurrency: '', tpm: '', charsPerMin: '', audioSecsPerMin: '' };
+export const EMPTY_FIELDS: KeyFields = { label: '', scopes: [...SCOPES], spendLimit: '', period: 'monthly', rpm: '', concurrency: '', tpm: '', charsPerMin: '', audioSecsPerMin: '', fallback: false };
 
 export function fieldsFromForm(f: URLSearchParams): KeyFields {
   return {
     label: (f.get('label') ?? '').trim(), scopes: f.getAll('scopes'), spendLimit: (f.get('spend_limit') ?? '').trim(),
     period: f.get('period') ?? 'monthly', rpm: (f.get('rpm') ?? '').trim(), concurrency: (f.get('concurrency') ?? '').trim(),
     tpm: (f.get('tpm') ?? '').trim(), charsPerMin: (f.get('chars_per_min') ?? '').trim(), audioSecsPerMin: (f.get('audio_secs_per_min') ?? '').trim(),
+    fallback: f.get('fallback') === 'on',
   };
 }
 
 export function fieldsFromKey(k: { label: string; scopes: Scope[]; spendLimit: bigint | null; spendLimitPeriod: Period | null; rpmLimit: number | null; concurrencyLimit: number | null;
-  tpmLimit: number | null; charsPerMinLimit: number | null; audioSecsPerMinLimit: number | null }): KeyFields {
+  tpmLimit: number | null; charsPerMinLimit: number | null; audioSecsPerMinLimit: number | null; fallback: boolean }): KeyFields {
   return {
     label: k.label, scopes: k.scopes, spendLimit: k.spendLimit === null ? '' : nanoToDecimal(k.spendLimit),
     period: k.spendLimitPeriod ?? 'monthly', rpm: k.rpmLimit?.toString() ?? '', concurrency: k.concurrencyLimit?.toString() ?? '',
     tpm: k.tpmLimit?.toString() ?? '', charsPerMin: k.charsPerMinLimit?.toString() ?? '', audioSecsPerMin: k.audioSecsPerMinLimit?.toString() ?? '',
+    fallback: k.fallback,
   };
 }
 
@@ -71,7 +76,7 @@ export function parseKeyFields(v: KeyFields, withScopes: boolean): KeyInput {
     label: v.label, scopes: scopes as Scope[], spendLimit, period: v.period,
     rpm: optionalInt(v.rpm, 'Requests per minute', MAX_RPM), concurrency: optionalInt(v.concurrency, 'Concurrent requests', MAX_CONCURRENCY),
     tpm: optionalInt(v.tpm, 'Tokens per minute', MAX_USAGE, 'no limit'), charsPerMin: optionalInt(v.charsPerMin, 'Characters per minute', MAX_USAGE, 'no limit'),
-    audioSecsPerMin: optionalInt(v.audioSecsPerMin, 'Audio seconds per minute', MAX_USAGE, 'no limit'),
+    audioSecsPerMin: optionalInt(v.audioSecsPerMin, 'Audio seconds per minute', MAX_USAGE, 'no limit'), fallback: v.fallback,
   };
 }
 
@@ -88,5 +93,6 @@ ${scopes}
 <div class="row"><div class="field"><label for="tpm">Tokens per minute</label><input id="tpm" name="tpm" type="text" inputmode="numeric" value="${v.tpm}" placeholder="no limit"></div>
 <div class="field"><label for="chars_per_min">Characters per minute (speech)</label><input id="chars_per_min" name="chars_per_min" type="text" inputmode="numeric" value="${v.charsPerMin}" placeholder="no limit"></div>
 <div class="field"><label for="audio_secs_per_min">Audio seconds per minute (transcription)</label><input id="audio_secs_per_min" name="audio_secs_per_min" type="text" inputmode="numeric" value="${v.audioSecsPerMin}" placeholder="no limit"></div></div>
+<div class="field"><div class="checks"><label><input type="checkbox" name="fallback"${attr('checked', v.fallback)}> Model fallback <span class="faint">(when a model's servers cannot take a request, it may be answered by another model the operator lists for it, billed at that model's prices; the reply names it)</span></label></div></div>
 <p class="hint form-hint">With a ceiling, requests are refused once the key has spent that much in the period. Empty rate fields use the defaults; empty usage limits mean none.</p>`;
 }

@@ -24,7 +24,7 @@ function limitsCell(k: KeyRecord, d: { rpm: number; concurrency: number }): Html
   const rate = (v: number | null, dflt: number, unit: string) => v === null ? html`<span class="faint">${dflt} ${unit}</span>` : html`${v} ${unit}`;
   const usage = [[k.tpmLimit, 'tpm'], [k.charsPerMinLimit, 'chars/min'], [k.audioSecsPerMinLimit, 'audio s/min']] as const;
   const set = usage.filter(([v]) => v !== null).map(([v, unit]) => html` · ${v} ${unit}`);
-  return html`${ceiling}<div class="small">${rate(k.rpmLimit, d.rpm, 'rpm')} · ${rate(k.concurrencyLimit, d.concurrency, 'concurrent')}${set}</div>`;
+  return html`${ceiling}<div class="small">${rate(k.rpmLimit, d.rpm, 'rpm')} · ${rate(k.concurrencyLimit, d.concurrency, 'concurrent')}${set}${k.fallback ? ' · model fallback' : ''}</div>`;
 }
 
 async function keysTable(r: Req): Promise<Html> {
@@ -72,7 +72,7 @@ export async function createKeyAction(r: Req): Promise<void> {
   const { key, record } = await createKey(r.s.db, {
     accountId: r.session.user.accountId, label: input.label, scopes: input.scopes, spendLimit: input.spendLimit,
     spendLimitPeriod: input.period, rpmLimit: input.rpm, concurrencyLimit: input.concurrency,
-    tpmLimit: input.tpm, charsPerMinLimit: input.charsPerMin, audioSecsPerMinLimit: input.audioSecsPerMin,
+    tpmLimit: input.tpm, charsPerMinLimit: input.charsPerMin, audioSecsPerMinLimit: input.audioSecsPerMin, fallback: input.fallback,
   });
   r.s.cache.putKey(record);
   const base = baseUrl(r.s, r.ctx);
@@ -121,7 +121,7 @@ export async function editKeyAction(r: Req): Promise<void> {
   }
   const rec = await updateKeyLimits(r.s.db, k.prefix, {
     label: input.label, spendLimit: input.spendLimit, spendLimitPeriod: input.period, rpmLimit: input.rpm, concurrencyLimit: input.concurrency,
-    tpmLimit: input.tpm, charsPerMinLimit: input.charsPerMin, audioSecsPerMinLimit: input.audioSecsPerMin,
+    tpmLimit: input.tpm, charsPerMinLimit: input.charsPerMin, audioSecsPerMinLimit: input.audioSecsPerMin, fallback: input.fallback,
   });
   if (rec) r.s.cache.putKey(rec);
   seeOther(r, '/console/keys?done=saved');

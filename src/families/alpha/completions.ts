@@ -2,9 +2,10 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { choicesTokens, promptTokens } from '../../meter/tokens.js';
-import { atMostOutput, parseJson } from '../validate.js';
+import { parseJson } from '../validate.js';
 import { checkCompletion, checkEmbedding } from './schemas.js';
 import { textExchange, type ExchangeClient } from './metered.js';
+import { fallbackPlan, tryInOrder } from './fallback.js';
 
 export function completionRoutes(s: Services): Route[] {
   return [
@@ -19,19 +20,20 @@ export function completionRoutes(s: Services): Route[] {
   ];
 }
 
-/** One legacy completion, from a live request or a batch line. */
+/** One legacy completion, from a live request or a batch line; `models` (or the key's opt-in) as for chat. */
 export async function completion(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
   const req = parseJson(checkCompletion, body, ctx.headers['content-type']);
-  const model = s.models.resolve(req.model, 'chat');
-  atMostOutput(req, ['max_tokens'], model);
+  const plan = fallbackPlan(s, ctx.key, req, body!, 'chat', ['max_tokens']);
   const prompts = Array.isArray(req.prompt) && (typeof req.prompt[0] === 'string' || Array.isArray(req.prompt[0])) ? req.prompt.length : 1;
-  const perChoice = Math.min(req.max_tokens ?? 16, model.maxOutputTokens);
-  await textExchange(s, ctx, {
-    model, body: body!, parsed: req, upstreamPath: '/v1/completions',
-    maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts, tasks: (req.n ?? 1) * prompts,
-    bounded: req.max_tokens != null,
-    promptTokens: () => promptTokens(req.prompt),
-    outputTokens: (json) => choicesTokens(json, (c) => c.text),
+  await tryInOrder(ctx, plan.chain, (model, fallback) => {
+    const perChoice = Math.min(req.max_tokens ?? 16, model.maxOutputTokens);
+    return textExchange(s, ctx, {
+      model, body: plan.body, parsed: plan.req, upstreamPath: '/v1/completions',
+      maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts, tasks: (req.n ?? 1) * prompts,
+      bounded: req.max_tokens != null, fallback,
+      promptTokens: () => promptTokens(req.prompt),
+      outputTokens: (json) => choicesTokens(json, (c) => c.text),
+    });
   });
 }
 

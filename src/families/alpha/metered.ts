@@ -14,6 +14,15 @@ import { alpha } from './family.js';
 /** Moved to exchange/client.ts; re-exported for the callers that import it from here. */
 export type { ExchangeClient } from '../../exchange/client.js';
 
+/** The response header a reply served by another model than the one asked for carries: the requested model's Tollgate id. */
+export const FALLBACK_HEADER = 'x-tollgate-fallback';
+
+/** An exchange served by a model after the first of its fallback chain (families/alpha/fallback.ts). */
+export interface FallbackNote {
+  /** The requested model's Tollgate id. */
+  from: string;
+}
+
 export interface TextExchange {
   model: ModelConfig;
   body: Buffer;                         // the client's bytes
@@ -34,6 +43,8 @@ export interface TextExchange {
   tasks?: number;
   /** Reshapes the reply: a buffered JSON body, or a stream of events (Responses translation). */
   reshape?: { json(json: Record<string, unknown>): string; stream(): NonNullable<SseMeterOptions['translate']> };
+  /** Served by a fallback model: the reply's header and the ledger entry name the model asked for. */
+  fallback?: FallbackNote;
 }
 
 /** Admits with the worst case, calls the upstream, and relays its reply through the meter that fits it. */
@@ -81,6 +92,7 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   await relay({
     down: ctx, charge, call, meter, idleMs: up.timeoutMs, requestId: ctx.requestId, label: x.model.id,
     upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
+    ...(x.fallback ? { headers: { [FALLBACK_HEADER]: x.fallback.from }, meta: { fallback_from: x.fallback.from } } : {}),
   });
 }
 

@@ -2,8 +2,9 @@
 import type { Services } from '../../services.js';
 import type { Route } from '../../server/router.js';
 import { Type } from '@sinclair/typebox';
-import { atMostOutput, checkMetadata, compile, parseJson, rejectAsked } from '../validate.js';
+import { checkMetadata, compile, parseJson, rejectAsked } from '../validate.js';
 import { textExchange, type ExchangeClient } from './metered.js';
+import { fallbackPlan, tryInOrder } from './fallback.js';
 import { chatPromptTokens, choicesTokens, countTokens } from '../../meter/tokens.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
 import { ResponsesStream } from './responses-stream.js';
@@ -25,33 +26,35 @@ export function responsesRoutes(s: Services): Route[] {
   }];
 }
 
-/** One Responses request, from a live request or a batch line. */
+/** One Responses request, from a live request or a batch line; `models` (or the key's opt-in) as for chat. */
 export async function response(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
-  const req = parseJson(check, body, ctx.headers['content-type']) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
-  rejectAsked(req, RESPONSES_REJECTED);
-  checkMetadata(req.metadata);
-  const model = s.models.resolve(req.model, 'chat');
-  atMostOutput(req, ['max_output_tokens'], model);
-  const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
-  if (s.upstreams.config(model.upstream).responsesApi) {
-    // The host serves the Responses API itself: pass through (renaming the model only), metered
-    // from its own Responses events and usage.
-    await textExchange(s, ctx, {
-      model, body: body!, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
-      bounded: req.max_output_tokens != null,
-      promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
-      outputTokens: (json) => countTokens(responsesText(json)),
+  const parsed = parseJson(check, body, ctx.headers['content-type']) as Record<string, unknown> & { model: string; max_output_tokens?: number | null };
+  rejectAsked(parsed, RESPONSES_REJECTED);
+  checkMetadata(parsed.metadata);
+  const plan = fallbackPlan(s, ctx.key, parsed, body!, 'chat', ['max_output_tokens']);
+  const req = plan.req;
+  // Each model of the chain is served its own way: passed through to a Responses host, or translated to chat.
+  await tryInOrder(ctx, plan.chain, (model, fallback) => {
+    const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
+    if (s.upstreams.config(model.upstream).responsesApi) {
+      // The host serves the Responses API itself: pass through (renaming the model only), metered
+      // from its own Responses events and usage.
+      return textExchange(s, ctx, {
+        model, body: plan.body, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
+        bounded: req.max_output_tokens != null, fallback,
+        promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
+        outputTokens: (json) => countTokens(responsesText(json)),
+      });
+    }
+    const chat = toChat(req, model.upstreamModel);
+    const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
+    return textExchange(s, ctx, {
+      model, body: plan.body, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut, bounded: req.max_output_tokens != null,
+      upstreamBody: Buffer.from(JSON.stringify(chat)), fallback,
+      promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
+      outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
+      reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
     });
-    return;
-  }
-  const chat = toChat(req, model.upstreamModel);
-  const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
-  await textExchange(s, ctx, {
-    model, body: body!, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut, bounded: req.max_output_tokens != null,
-    upstreamBody: Buffer.from(JSON.stringify(chat)),
-    promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
-    outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
-    reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
   });
 }
 

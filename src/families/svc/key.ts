@@ -27,6 +27,8 @@ export function keyRoutes(s: Services): Route[] {
         usage_monthly: nanoToDollars(spend.month),
         // rpm and concurrency (the server's defaults when the key sets none), and the per-minute usage limits (null: none).
         rate_limit: { ...effectiveLimits(key, s.admission), tpm: key.tpmLimit, characters_per_minute: key.charsPerMinLimit, audio_seconds_per_minute: key.audioSecsPerMinLimit },
+        // Opted in to model fallback: a request naming no `models` may be served by its model's configured fallbacks.
+        fallback: key.fallback,
         balance: nanoToDollars(balance),
       });
     },
