@@ -14,6 +14,7 @@ import { Committer } from './exchange/committer.js';
 import { Recovery } from './exchange/recovery.js';
 import { ModelRegistry } from './resolve/models.js';
 import { Upstreams } from './proxy/upstream.js';
+import { RedisUpstreamLimits } from './proxy/shared-limits.js';
 import { startSim, type SimHandle } from './sim/index.js';
 import { Metrics } from './observe/metrics.js';
 import { Billing } from './billing/core.js';
@@ -122,7 +123,7 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
   // The receipt signing key: the database's, made by the first instance that starts on it.
   const receipts = new ReceiptSigner(await receiptKey(db, ReceiptSigner.generate));
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg, unbilled: new UnbilledLog(db), receipts,
-    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts) };
+    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts, c.redisUrl ? new RedisUpstreamLimits(c.redisUrl, c.redisPrefix) : undefined) };
   const s = { ...base, billing: new Billing(base) } as Services;
   openStatus(s, upstreamConfigs, simUrls);
   s.batches = new BatchWorker({
@@ -164,6 +165,7 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
   s.billing.close();
   s.cache.stop();
   s.upstreams.close();
+  await s.upstreams.pools.shared?.close();
   await Promise.all(s.sims.map((x) => x.close()));
   // With debits still uncommitted (PostgreSQL unreachable), the Redis limiter leaves them owned by
   // this instance, for a live one to take over once this one's heartbeat stops.
