@@ -122,8 +122,11 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
   // The receipt signing key: the database's, made by the first instance that starts on it.
   const receipts = new ReceiptSigner(await receiptKey(db, ReceiptSigner.generate));
+  // With Redis, every instance shares each upstream's max_concurrency, rpm and Retry-After pause.
+  const sharedLimits = c.redisUrl ? new RedisUpstreamLimits(c.redisUrl, c.redisPrefix) : undefined;
+  await sharedLimits?.ready();
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg, unbilled: new UnbilledLog(db), receipts,
-    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts, c.redisUrl ? new RedisUpstreamLimits(c.redisUrl, c.redisPrefix) : undefined) };
+    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts, sharedLimits) };
   const s = { ...base, billing: new Billing(base) } as Services;
   openStatus(s, upstreamConfigs, simUrls);
   s.batches = new BatchWorker({

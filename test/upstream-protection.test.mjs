@@ -4,7 +4,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { randomBytes } from 'node:crypto';
-import { startGateway, freshDatabase, clearRedisPrefix, bearer, priceNano, balanceNano, assertInvariants } from './helpers/gateway.mjs';
+import { startGateway, freshDatabase, clearRedisPrefix, bearer, priceNano, balanceNano, assertInvariants, REDIS_URL } from './helpers/gateway.mjs';
+import { privateRedis } from './helpers/stores.mjs';
+import { Pools } from '../dist/proxy/pool.js';
+import { RedisUpstreamLimits } from '../dist/proxy/shared-limits.js';
+import { embeddedConfig } from '../dist/config.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const chat = (id, upstream) => ({ id, upstream, upstream_model: 'sim-chat', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 });
@@ -157,4 +161,82 @@ test('an instance killed -9 holding slots: its slots come back to the other with
   t.diagnostic(`b's request reached the upstream ${reachedAfter} ms after the kill`);
   assert.ok(reachedAfter >= 2000, `it waited for the dead instance's leases (${reachedAfter} ms)`);
   assert.ok(reachedAfter <= 6500, `the slots came back within the bound (${reachedAfter} ms)`);
+});
+
+// In process: two `Pools` on one Redis prefix stand for two instances (the pick, the poll, the fail-open rule).
+const entry = (name, priority = 0) => ({ name, weight: 1, priority, upstreamModel: 'm' });
+function configs(extra) {
+  const base = embeddedConfig().upstreams.get('sim');
+  return new Map(Object.entries(extra).map(([name, o]) => [name, { ...base, name, health: { ...base.health, probeIntervalMs: 0 }, ...o }]));
+}
+async function twoPools(t, cfgs, url = REDIS_URL) {
+  const prefix = `tgprotect:${randomBytes(4).toString('hex')}:`;
+  const la = new RedisUpstreamLimits(url, prefix);
+  const lb = new RedisUpstreamLimits(url, prefix);
+  t.after(async () => { await la.close(); await lb.close(); if (url === REDIS_URL) await clearRedisPrefix(prefix); });
+  await Promise.all([la.ready(), lb.ready()]);
+  return { pa: new Pools(cfgs, Date.now, la), pb: new Pools(cfgs, Date.now, lb), la, lb, prefix };
+}
+const acquire = (pools, pool, queueUntil = Infinity) => pools.acquire(pool, new Set(), queueUntil, () => false);
+
+test('a waiter on one instance gets the slot freed on another within the poll bound, and a full shared upstream spills to the next of the pool at once', { timeout: 60_000 }, async (t) => {
+  const { pa, pb } = await twoPools(t, configs({ one: { maxConcurrency: 1, queueMs: 5000 }, spare: {} }));
+  const held = await acquire(pa, [entry('one')]);
+  // The pool of two: `one` is full on the other instance, so `spare` takes it without waiting.
+  let t0 = Date.now();
+  const spilled = await acquire(pb, [entry('one'), entry('spare', 1)]);
+  assert.equal(spilled.entry.name, 'spare');
+  assert.ok(Date.now() - t0 < 1000, 'no wait for the full upstream');
+  spilled.release();
+  // Alone, it waits; a's release frees the slot and b's next poll takes it.
+  t0 = Date.now();
+  const waiting = acquire(pb, [entry('one')]);
+  await sleep(400);
+  const freedAt = Date.now();
+  held.release();
+  const got = await waiting;
+  assert.equal(got.entry.name, 'one');
+  assert.ok(freedAt - t0 >= 390, 'it waited while the other instance held the slot');
+  assert.ok(Date.now() - freedAt < 400, `it got the slot ${Date.now() - freedAt} ms after the other instance freed it`);
+  got.release();
+});
+
+test('an upstream with no max_concurrency or rpm never touches Redis on the request path; one with a limit costs one call to take and one to release', { timeout: 60_000 }, async (t) => {
+  const { pa, la } = await twoPools(t, configs({ free: {}, capped: { maxConcurrency: 4 } }));
+  for (let i = 0; i < 200; i++) (await acquire(pa, [entry('free')])).release();
+  assert.equal(la.calls, 0, 'no Redis call for an unlimited upstream');
+  for (let i = 0; i < 10; i++) (await acquire(pa, [entry('capped')])).release();
+  assert.equal(la.calls, 20);
+});
+
+test('Redis unreachable: an upstream\'s limits fall back to each instance\'s own (counted in fail-open), and are shared again once Redis is back', { timeout: 60_000 }, async (t) => {
+  const redis = await privateRedis(t);
+  const { pa, pb } = await twoPools(t, configs({ one: { maxConcurrency: 1, queueMs: 0 } }), redis.url);
+  const shared = await acquire(pa, [entry('one')]);
+  await assert.rejects(acquire(pb, [entry('one')]), (e) => e.code === 'upstream_busy', 'shared while Redis is up');
+  shared.release();
+  await sleep(200); // the release reaches Redis (else its lease lives out its 5 s)
+  redis.kill();
+  await sleep(300);
+  const a1 = await acquire(pa, [entry('one')]);
+  const b1 = await acquire(pb, [entry('one')]);
+  assert.deepEqual([a1.entry.name, b1.entry.name], ['one', 'one'], 'each instance lets one through on its own limit');
+  await assert.rejects(acquire(pa, [entry('one')]), (e) => e.code === 'upstream_busy', "this instance's own max_concurrency still holds");
+  assert.equal(pa.health()[0].failOpen, 1);
+  a1.release(); b1.release();
+  await redis.start();
+  let back = false;
+  // Once both are connected again, a slot taken on one is refused on the other.
+  for (let i = 0; i < 100 && !back; i++) {
+    await sleep(100);
+    const before = pa.health()[0].failOpen + pb.health()[0].failOpen;
+    const l = await acquire(pa, [entry('one')]);
+    const other = await acquire(pb, [entry('one')]).catch((e) => e);
+    if (pa.health()[0].failOpen + pb.health()[0].failOpen === before) {
+      back = true;
+      assert.equal(other.code, 'upstream_busy', 'shared again');
+    } else if (!(other instanceof Error)) other.release();
+    l.release();
+  }
+  assert.ok(back, 'Redis came back');
 });

@@ -105,6 +105,7 @@ export class RedisUpstreamLimits implements SharedLimits {
   private down = false;
   calls = 0;
   private readonly channel: string;
+  private readonly subscribed: Promise<void>;
 
   constructor(url: string, private readonly prefix: string) {
     // As the limiter: no offline queue, no resend; a command that cannot be sent fails at once and the
@@ -120,12 +121,21 @@ export class RedisUpstreamLimits implements SharedLimits {
     this.channel = `${prefix}upstream-pause`;
     this.sub = openRedis(url, { lazyConnect: false });
     this.sub.on('error', () => undefined);
-    this.sub.subscribe(this.channel).catch(() => undefined);
+    this.subscribed = this.sub.subscribe(this.channel).then(() => undefined);
+    this.subscribed.catch(() => undefined);
     this.sub.on('message', (_ch: string, msg: string) => {
       const i = msg.lastIndexOf('|');
       const ms = Number(msg.slice(i + 1));
       if (i > 0 && msg.slice(0, i) !== '' && Number.isFinite(ms)) this.listener(msg.slice(0, i), ms);
     });
+  }
+
+  /** Both connections up and the pause channel subscribed (at most 10 s, as the limiter waits): a request before it would fail open. */
+  async ready(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('Redis (upstream limits) did not become ready within 10 s')), 10_000); });
+    const up = this.redis.status === 'ready' ? Promise.resolve() : new Promise<void>((resolve) => this.redis.once('ready', () => resolve()));
+    try { await Promise.race([Promise.all([up, this.subscribed]), limit]); } finally { clearTimeout(timer); }
   }
 
   private keys(name: string): [string, string, string] {
