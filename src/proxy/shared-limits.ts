@@ -109,9 +109,9 @@ export class RedisUpstreamLimits implements SharedLimits {
 
   constructor(url: string, private readonly prefix: string) {
     // As the limiter: no offline queue, no resend; a command that cannot be sent fails at once and the
-    // request goes on under this instance's own limits. A Redis that hangs fails it after 500 ms.
+    // request goes on under this instance's own limits. A Redis that hangs fails it after 1 s.
     const r = openRedis(url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, autoResendUnfulfilledCommands: false,
-      enableAutoPipelining: true, lazyConnect: false, commandTimeout: 500 });
+      enableAutoPipelining: true, lazyConnect: false, commandTimeout: 1000 });
     r.on('error', () => undefined);
     r.defineCommand('tgUpTake', { numberOfKeys: 3, lua: TAKE });
     r.defineCommand('tgUpRenew', { numberOfKeys: 1, lua: RENEW });
