@@ -6,6 +6,7 @@ import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { startGateway, freshDatabase, clearRedisPrefix, bearer, priceNano, balanceNano, assertInvariants, REDIS_URL } from './helpers/gateway.mjs';
 import { privateRedis } from './helpers/stores.mjs';
+import { startRedisCluster } from './helpers/redis-cluster.mjs';
 import { Pools } from '../dist/proxy/pool.js';
 import { RedisUpstreamLimits } from '../dist/proxy/shared-limits.js';
 import { embeddedConfig } from '../dist/config.js';
@@ -239,4 +240,25 @@ test('Redis unreachable: an upstream\'s limits fall back to each instance\'s own
     l.release();
   }
   assert.ok(back, 'Redis came back');
+});
+
+test('on a Redis Cluster, each upstream\'s limits are one slot\'s: a slot taken on one instance is refused on the other, and a pause one learns reaches the other', { timeout: 120_000 }, async (t) => {
+  const cluster = await startRedisCluster();
+  t.after(() => cluster.stop());
+  // Three upstreams, so their {upstream:<name>} tags land on more than one master.
+  const names = ['u1', 'u2', 'u3'];
+  const { pa, pb } = await twoPools(t, configs(Object.fromEntries(names.map((n) => [n, { maxConcurrency: 1, rpm: 100, queueMs: 0 }]))), cluster.url);
+  for (const n of names) {
+    const held = await acquire(pa, [entry(n)]);
+    await assert.rejects(acquire(pb, [entry(n)]), (e) => e.code === 'upstream_busy', `${n} is full on the other instance`);
+    held.release();
+    await sleep(50);
+    (await acquire(pb, [entry(n)])).release();
+  }
+  assert.deepEqual([pa.health(), pb.health()].flat().map((u) => u.failOpen), [0, 0, 0, 0, 0, 0], 'every script answered');
+  const l = await acquire(pa, [entry('u1')]);
+  l.pause(3000);
+  l.release();
+  await sleep(300);
+  await assert.rejects(acquire(pb, [entry('u1')]), (e) => e.code === 'upstream_busy' && Number(e.headers['retry-after']) >= 2, 'paused on the other instance too');
 });
