@@ -78,8 +78,9 @@ async function settled(...gws) {
 }
 
 test('max_concurrency 2 holds across two instances: 8 concurrent requests, the upstream never sees more than 2, the surplus waits or gets 503 upstream_busy with Retry-After, billed nothing', { timeout: 120_000 }, async (t) => {
-  const stub = await countingUpstream(t, 300);
-  const { a, b } = await twoInstances(t, { counted: up(stub.url, { max_concurrency: 2, queue_ms: 700, queue_size: 8 }) }, [chat('m', 'counted')]);
+  // 8 requests of 1 s on 2 slots need 4 s; each waits at most 1.2 s: some are served after waiting, the rest refused.
+  const stub = await countingUpstream(t, 1000);
+  const { a, b } = await twoInstances(t, { counted: up(stub.url, { max_concurrency: 2, queue_ms: 1200, queue_size: 8 }) }, [chat('m', 'counted')]);
   const { key, account } = await a.account('5');
   const before = await balanceNano(a, account);
   const replies = await Promise.all(Array.from({ length: 8 }, (_, i) => post(i % 2 === 0 ? a : b, key).then(async (r) => ({ status: r.status, retryAfter: r.headers.get('retry-after'), body: await r.json() }))));
