@@ -1,5 +1,6 @@
 // Upstream pools (issue 27): one model on two sim upstreams with one killed -9 mid-run (errors, p99 around the switch), and the pool's hot-path cost.
-// Usage: node bench/pools.mjs [seconds=10] [concurrency=16]   (PGlite store; prints one JSON object)
+// Usage: node bench/pools.mjs [seconds=10] [concurrency=16] [pick]   (PGlite store; prints one JSON object)
+//   `pick`: the in-process pick cost alone (with the shared upstream limits on TOLLGATE_BENCH_REDIS, default redis://127.0.0.1:6379).
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,6 +8,7 @@ import { promisify } from 'node:util';
 import { execFile } from 'node:child_process';
 import { start, stop, percentiles, ROOT } from './lib.mjs';
 import { Pools } from '../dist/proxy/pool.js';
+import { RedisUpstreamLimits } from '../dist/proxy/shared-limits.js';
 import { embeddedConfig } from '../dist/config.js';
 
 const run = promisify(execFile);
@@ -30,7 +32,29 @@ async function pickCost() {
     return Number(process.hrtime.bigint() - t0) / 1000 / n;
   };
   await time(one, 20_000); await time(two, 20_000);
-  return { one_upstream_us: +(await time(one, 200_000)).toFixed(3), pool_of_two_us: +(await time(two, 200_000)).toFixed(3) };
+  const out = { one_upstream_us: +(await time(one, 200_000)).toFixed(3), pool_of_two_us: +(await time(two, 200_000)).toFixed(3) };
+  // With Redis: an upstream with no limit (must cost nothing more) and one with max_concurrency and rpm
+  // (one script to take a slot, one command to give it back), one acquire + release at a time.
+  const prefix = `tgbench:${process.pid}:`;
+  const shared = new RedisUpstreamLimits(process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379', prefix);
+  await shared.ready();
+  const sharedPools = new Pools(new Map([['a', { ...base, name: 'a' }], ['c', { ...base, name: 'c', maxConcurrency: 64, rpm: 100_000_000 }]]), Date.now, shared);
+  const timeShared = async (pool, n) => {
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) (await sharedPools.acquire(pool, tried, Infinity, () => false)).release();
+    return Number(process.hrtime.bigint() - t0) / 1000 / n;
+  };
+  const capped = [{ name: 'c', weight: 1, priority: 0, upstreamModel: 'm' }];
+  await timeShared(one, 20_000); await timeShared(capped, 2_000);
+  out.redis_unlimited_us = +(await timeShared(one, 200_000)).toFixed(3);
+  const calls = shared.calls;
+  const cpu0 = process.cpuUsage();
+  out.redis_limited_us = +(await timeShared(capped, 20_000)).toFixed(3);
+  const cpu = process.cpuUsage(cpu0);
+  out.redis_limited_cpu_us = +((cpu.user + cpu.system) / 20_000).toFixed(3);
+  out.redis_calls_per_limited_request = (shared.calls - calls) / 20_000;
+  await shared.close();
+  return out;
 }
 
 /** Sequential requests alternating between a model on one upstream and a model on a pool of two: p50/p99 of each, µs. */
@@ -69,6 +93,10 @@ async function failover(base, auth, victim) {
   return { before_kill: slice(t0, killAt), switch_first_second: slice(killAt, killAt + 1000), after: slice(killAt + 1000, Infinity), whole_run: slice(0, Infinity) };
 }
 
+if (process.argv[4] === 'pick') {
+  console.log(JSON.stringify({ pick: await pickCost() }, null, 2));
+  process.exit(0);
+}
 const dir = mkdtempSync(join(tmpdir(), 'tollgate-bench-pools-'));
 const procs = [];
 try {
@@ -93,7 +121,8 @@ try {
   const acct = await cli('account', 'create', '--email', `bench${Date.now()}@example.com`, '--credit', '1000');
   const { key } = await cli('key', 'create', '--account', acct.account_id);
   const auth = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
-  const out = { seconds: SECONDS, concurrency: C, pick: await pickCost(), sequential: await sequential(base, auth) };
+  const out = { seconds: SECONDS, concurrency: C, pick: await pickCost() };
+  out.sequential = await sequential(base, auth);
   out.failover = await failover(base, auth, sims[0]);
   console.log(JSON.stringify(out, null, 2));
 } finally {

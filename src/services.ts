@@ -14,6 +14,7 @@ import { Committer } from './exchange/committer.js';
 import { Recovery } from './exchange/recovery.js';
 import { ModelRegistry } from './resolve/models.js';
 import { Upstreams } from './proxy/upstream.js';
+import { RedisUpstreamLimits } from './proxy/shared-limits.js';
 import { startSim, type SimHandle } from './sim/index.js';
 import { Metrics } from './observe/metrics.js';
 import { Billing } from './billing/core.js';
@@ -121,8 +122,11 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
   // The receipt signing key: the database's, made by the first instance that starts on it.
   const receipts = new ReceiptSigner(await receiptKey(db, ReceiptSigner.generate));
+  // With Redis, every instance shares each upstream's max_concurrency, rpm and Retry-After pause.
+  const sharedLimits = c.redisUrl ? new RedisUpstreamLimits(c.redisUrl, c.redisPrefix) : undefined;
+  await sharedLimits?.ready();
   const base = { config: c, events, db, cache, limiter, settler, committer, recovery, metrics, admission, sims, ffmpeg, unbilled: new UnbilledLog(db), receipts,
-    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts) };
+    models: new ModelRegistry(c.models), upstreams: new Upstreams(upstreamConfigs, simUrls, c.routing.maxAttempts, sharedLimits) };
   const s = { ...base, billing: new Billing(base) } as Services;
   openStatus(s, upstreamConfigs, simUrls);
   s.batches = new BatchWorker({
@@ -164,6 +168,7 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
   s.billing.close();
   s.cache.stop();
   s.upstreams.close();
+  await s.upstreams.pools.shared?.close();
   await Promise.all(s.sims.map((x) => x.close()));
   // With debits still uncommitted (PostgreSQL unreachable), the Redis limiter leaves them owned by
   // this instance, for a live one to take over once this one's heartbeat stops.

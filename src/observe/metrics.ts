@@ -1,7 +1,11 @@
 // Prometheus counters and histograms for /metrics, kept as plain numbers (no client library needed).
 
 /** One upstream's line in /metrics (src/proxy/pool.ts fills it; the label set is the configured names: bounded). */
-export interface UpstreamHealth { name: string; healthy: boolean; inFlight: number; ejections: number; retries: number; busy: number }
+export interface UpstreamHealth {
+  name: string; healthy: boolean; inFlight: number; ejections: number; retries: number; busy: number;
+  /** Requests let through on this instance's own limits because Redis (the shared limits) could not be asked. */
+  failOpen?: number;
+}
 
 const BUCKETS_MS = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000];
 
@@ -88,6 +92,7 @@ function upstreams(out: string[], list: UpstreamHealth[]): void {
     ['tollgate_upstream_ejections_total', 'counter', 'Times the upstream was ejected for failing.', (u) => u.ejections],
     ['tollgate_upstream_retries_total', 'counter', 'Attempts on the upstream that failed before any output and went on to another upstream.', (u) => u.retries],
     ['tollgate_upstream_busy_total', 'counter', 'Requests refused 503 upstream_busy while the upstream was at its max_concurrency, rpm or Retry-After pause.', (u) => u.busy],
+    ['tollgate_upstream_limits_fail_open_total', 'counter', 'Requests sent under this instance\'s own max_concurrency and rpm because Redis, where the instances share them, could not be asked.', (u) => u.failOpen ?? 0],
   ];
   for (const [name, type, help, value] of rows) {
     out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);

@@ -2,6 +2,7 @@
 import type { PoolEntry, UpstreamConfig } from '../config.js';
 import { GatewayError } from '../errors.js';
 import type { UpstreamHealth } from '../observe/metrics.js';
+import { limited, POLL_MAX_MS, POLL_MIN_MS, type SharedLimits } from './shared-limits.js';
 
 /**
  * One upstream's state in this process. Health is passive (consecutive failures eject it for a
@@ -18,6 +19,10 @@ class UpstreamState {
   /** After an ejection: the one request (or probe) that decides readmission is under way. */
   trial = false;
   pausedUntil = 0;
+  /** The shared limits (another instance's slots or starts) refused it: not tried again before this. */
+  sharedBusyUntil = 0;
+  /** That refusal was for max_concurrency: a slot may free at any moment (asked again by polling). */
+  sharedFull = false;
   /** Start times of the last `rpm` requests, as a ring: full while the oldest is under a minute old. */
   readonly starts: number[];
   private next = 0;
@@ -27,6 +32,8 @@ class UpstreamState {
   ejectionsTotal = 0;
   retriesTotal = 0;
   busyTotal = 0;
+  /** Requests let through on this instance's own limits because the shared ones could not be asked. */
+  failOpenTotal = 0;
 
   constructor(readonly cfg: UpstreamConfig) { this.starts = cfg.rpm ? new Array<number>(cfg.rpm).fill(-Infinity) : []; }
 
@@ -37,6 +44,7 @@ class UpstreamState {
   /** When it can next take a request, if it is full or paused now (else 0). */
   busyUntil(now: number): number {
     if (now < this.pausedUntil) return this.pausedUntil;
+    if (now < this.sharedBusyUntil) return this.sharedBusyUntil;
     if (this.cfg.maxConcurrency !== undefined && this.inFlight >= this.cfg.maxConcurrency) return now + 1000;
     if (this.starts.length > 0 && this.starts[this.next]! > now - 60_000) return this.starts[this.next]! + 60_000;
     return 0;
@@ -44,6 +52,7 @@ class UpstreamState {
   /** A request waiting until `until` may get in: a slot may free at any moment, or the pause or minute ends by then. */
   waitable(now: number, until: number): boolean {
     if (now >= this.pausedUntil && this.cfg.maxConcurrency !== undefined && this.inFlight >= this.cfg.maxConcurrency) return true;
+    if (now >= this.pausedUntil && now < this.sharedBusyUntil && this.sharedFull) return true;
     return this.busyUntil(now) <= until;
   }
   /** Counts a request started; true when it is the trial of a half-open upstream. */
@@ -74,8 +83,13 @@ export interface Lease {
 export class Pools {
   private readonly states = new Map<string, UpstreamState>();
 
-  constructor(configs: ReadonlyMap<string, UpstreamConfig>, private readonly now: () => number = Date.now) {
+  /**
+   * With `shared` (Redis), an upstream's max_concurrency and rpm hold across every instance: this
+   * process's own state still picks and bounds, and an upstream with a limit is then asked of Redis.
+   */
+  constructor(configs: ReadonlyMap<string, UpstreamConfig>, private readonly now: () => number = Date.now, readonly shared?: SharedLimits) {
     for (const [name, cfg] of configs) this.states.set(name, new UpstreamState(cfg));
+    shared?.onPause((name, ms) => { const s = this.states.get(name); if (s) s.pausedUntil = Math.max(s.pausedUntil, this.now() + ms); });
   }
 
   private state(name: string): UpstreamState {
@@ -93,12 +107,29 @@ export class Pools {
    */
   async acquire(pool: readonly PoolEntry[], tried: ReadonlySet<string>, deadline: number, gone: () => boolean): Promise<Lease | null> {
     let queuedAt: number | undefined;
+    let poll = POLL_MIN_MS;
     for (;;) {
       const now = this.now();
       const untried = tried.size === 0 ? pool : pool.filter((e) => !tried.has(e.name));
       if (untried.length === 0) return null;
       const picked = this.pick(untried, now);
-      if (picked) return this.lease(picked, now);
+      if (picked) {
+        const s = this.state(picked.name);
+        if (!this.shared || !limited(s.cfg)) return this.lease(picked, now);
+        // Counted in flight while Redis is asked, so this instance's own bound holds meanwhile.
+        s.inFlight++;
+        const r = await this.shared.take(s.cfg);
+        s.inFlight--;
+        const at = this.now();
+        if (r.kind === 'taken') { s.sharedBusyUntil = 0; s.sharedFull = false; return this.lease(picked, at, r.id); }
+        // Redis unavailable: fail open to this instance's own limits (logged, counted in /metrics).
+        if (r.kind === 'unavailable') { s.failOpenTotal++; return this.lease(picked, at); }
+        if (r.kind === 'paused') s.pausedUntil = Math.max(s.pausedUntil, at + r.retryMs);
+        else s.sharedBusyUntil = at + (r.kind === 'full' ? poll : r.retryMs);
+        s.sharedFull = r.kind === 'full';
+        poll = Math.min(POLL_MAX_MS, poll * 2);
+        continue;
+      }
       const busy = untried.filter((e) => { const s = this.state(e.name); return s.usable(now) && s.busyUntil(now) > 0; });
       if (busy.length === 0) {
         // Every untried upstream is ejected: the one back soonest gets the request.
@@ -162,7 +193,8 @@ export class Pools {
     return sb.credit + b.weight > sa.credit + a.weight ? b : a;
   }
 
-  private lease(entry: PoolEntry, now: number): Lease {
+  /** `sharedId`: the slot the shared limits gave (released with it). */
+  private lease(entry: PoolEntry, now: number, sharedId?: string): Lease {
     const s = this.state(entry.name);
     const trial = s.start(now);
     let released = false;
@@ -170,11 +202,12 @@ export class Pools {
       entry,
       ok: () => this.ok(entry.name),
       failed: () => this.failed(entry.name),
-      pause: (ms) => { s.pausedUntil = Math.max(s.pausedUntil, this.now() + ms); },
+      pause: (ms) => { s.pausedUntil = Math.max(s.pausedUntil, this.now() + ms); this.shared?.pause(entry.name, ms); },
       release: () => {
         if (released) return;
         released = true;
         s.inFlight--;
+        this.shared?.release(entry.name, sharedId);
         // A trial that ended with no verdict (the client left) lets the next request try.
         if (trial && s.ejectedUntil !== 0) s.trial = false;
         s.waiters.shift()?.wake();
@@ -216,7 +249,7 @@ export class Pools {
 
   health(): UpstreamHealth[] {
     return [...this.states.entries()].map(([name, s]) => ({
-      name, healthy: s.ejectedUntil === 0, inFlight: s.inFlight, ejections: s.ejectionsTotal, retries: s.retriesTotal, busy: s.busyTotal,
+      name, healthy: s.ejectedUntil === 0, inFlight: s.inFlight, ejections: s.ejectionsTotal, retries: s.retriesTotal, busy: s.busyTotal, failOpen: s.failOpenTotal,
     }));
   }
 }

@@ -7,6 +7,7 @@ import { GatewayError, clientClosed } from '../errors.js';
 import type { ModelConfig, UpstreamConfig } from '../config.js';
 import { log } from '../observe/log.js';
 import { Pools } from './pool.js';
+import type { SharedLimits } from './shared-limits.js';
 import { routeCall, type RouteSpec, type RoutedCall } from './routed.js';
 import { startProbes } from './probe.js';
 
@@ -69,8 +70,9 @@ export class Upstreams {
   readonly pools: Pools;
   private stopProbes = (): void => undefined;
 
-  constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>, readonly maxAttempts = 3) {
-    this.pools = new Pools(configs);
+  /** `shared`: the upstream limits every instance on one Redis shares (src/proxy/shared-limits.ts); without it each process holds its own. */
+  constructor(private readonly configs: ReadonlyMap<string, UpstreamConfig>, private readonly simUrls: ReadonlyMap<string, string>, readonly maxAttempts = 3, shared?: SharedLimits) {
+    this.pools = new Pools(configs, Date.now, shared);
     // With selfHandleResponse the proxy hands each upstream response to its request's adapter.
     this.proxy.on('proxyRes', (proxyRes: http.IncomingMessage, _req: unknown, res: EventEmitter) => res.emit('proxyRes', proxyRes));
     // The outgoing request, once it has a socket: whether it was written decides whether a failure may be retried.
