@@ -128,10 +128,19 @@ test('on a Redis Cluster, a gateway killed with kill -9 under load loses no debi
   for (const gw of [a, b]) records.push(await oneRequest(gw, key, `cl-warm-${randomBytes(6).toString('hex')}`, false));
   const started = Date.now();
   let killed = false;
+  // The load runs 3 s, or longer on a slow machine until 60 requests are owed a debit (at most 30 s); the
+  // kill comes after 1.5 s once 30 are owed, so it always lands under load.
+  const owedSoFar = () => records.filter((r) => r.complete || r.content).length;
+  const running = () => Date.now() < started + 30_000 && (Date.now() < started + 3000 || owedSoFar() < 60);
   const loops = (gw, n, tag) => Promise.all(Array.from({ length: n }, async (_, l) => {
-    for (let i = 0; Date.now() < started + 3000 && !(gw === a && killed); i++) records.push(await oneRequest(gw, key, `cl-${tag}${l}-${i}-${randomBytes(4).toString('hex')}`, l % 2 === 1));
+    for (let i = 0; running() && !(gw === a && killed); i++) records.push(await oneRequest(gw, key, `cl-${tag}${l}-${i}-${randomBytes(4).toString('hex')}`, l % 2 === 1));
   }));
-  await Promise.all([loops(a, 16, 'A'), loops(b, 4, 'B'), sleep(1500).then(async () => { killed = true; a.proc.kill('SIGKILL'); await a.exited; })]);
+  const kill = async () => {
+    await sleep(1500);
+    while (owedSoFar() < 30 && Date.now() < started + 20_000) await sleep(50);
+    killed = true; a.proc.kill('SIGKILL'); await a.exited;
+  };
+  await Promise.all([loops(a, 16, 'A'), loops(b, 4, 'B'), kill()]);
   const holds = `${redisPrefix}{${account}}:holds`;
   const pend = `${redisPrefix}{${account}}:pend`;
   const deadline = Date.now() + 20_000;
