@@ -46,4 +46,44 @@ if (split.length > 0) {
     out.push(`| ${x.scenario} | ${x.contender} | ${x.qps} | ${c.contender ?? '–'} | ${c.sim ?? '–'} | ${c.redis ?? '–'} | ${c.postgres ?? '–'} | ${c.autocannon ?? '–'} | ${sum} |`);
   }
 }
+// The neutral view (issue 29): what gateway benchmarks elsewhere report, one line per contender.
+const probeOf = (scenario, c) => rows.find((x) => x.scenario === scenario && x.contender === c)?.probe_us;
+const addedAt = (scenario, c) => {
+  const p = probeOf(scenario, c);
+  const d = probeOf(scenario, 'direct');
+  return p && d ? { p50: p.p50 - d.p50, p99: p.p99 - d.p99 } : null;
+};
+const rated = scenarios.map((s) => ({ s, rate: Number(/^chat @(\d+) qps$/.exec(s)?.[1]) })).filter((x) => x.rate > 0).sort((a, b) => a.rate - b.rate);
+/** The highest rate run at which the contender kept up (≥ 95% of it, no errors) with added p99 under `ms`; `<` the lowest rate when none. */
+const highestUnder = (c, ms) => {
+  let best = null;
+  for (const { s, rate } of rated) {
+    const x = rows.find((y) => y.scenario === s && y.contender === c);
+    const a = addedAt(s, c);
+    if (x && a && !x.error_rate && x.qps >= 0.95 * rate && a.p99 < ms * 1000) best = rate;
+  }
+  return best === null ? (rated.length ? `< ${rated[0].rate}` : '–') : String(best);
+};
+const neutral = contenders.filter((c) => c !== 'direct' && rows.some((x) => x.contender === c && x.probe_us));
+if (neutral.length > 0) {
+  out.push('');
+  out.push(`Neutral view: added latency over direct one request at a time; the highest of the rates run (${rated.map((x) => x.rate).join(', ') || 'none'} QPS) at which`
+    + ' the contender kept up with added p99 under each bound; streams held (rounds × streams, failed share; stalls are not measured);'
+    + ' CPU per request at max rate; peak RSS per open stream over idle:');
+  out.push('');
+  out.push('| contender | added p50 / p99, sequential | p99 < 1 ms | < 5 ms | < 10 ms | < 50 ms | streams held | CPU µs / req at max | idle RSS | RSS per stream |');
+  out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  for (const c of neutral) {
+    const seq = addedAt('sequential, no load', c);
+    const streams = rows.filter((x) => x.contender === c && /^\d+ streams$/.test(x.scenario));
+    const n = streams.length ? Number(/^(\d+)/.exec(streams[0].scenario)[1]) : 0;
+    const failed = streams.length ? Math.max(...streams.map((x) => x.error_rate ?? 0)) : null;
+    const peak = streams.length ? Math.max(...streams.map((x) => x.peak_rss_mb ?? 0)) : null;
+    const idle = r.idle_rss_mb[c];
+    const perStream = peak && idle && n ? `${Math.round(((peak - idle) * 1024) / n)} KB` : '–';
+    const max = rows.find((x) => x.scenario === 'chat max qps' && x.contender === c)?.cpu_us_per_req?.contender;
+    out.push(`| ${c} | ${seq ? `${us(seq.p50)} / ${us(seq.p99)}` : '–'} | ${highestUnder(c, 1)} | ${highestUnder(c, 5)} | ${highestUnder(c, 10)} | ${highestUnder(c, 50)}`
+      + ` | ${streams.length ? `${streams.length} × ${n}, ${pct(failed)} failed` : '–'} | ${max ?? '–'} | ${idle ? `${idle} MB` : '–'} | ${perStream} |`);
+  }
+}
 console.log(out.join('\n'));

@@ -1,7 +1,7 @@
 // The benchmark: direct-to-sim, Tollgate (embedded; PostgreSQL + Redis), LiteLLM and Portkey side by side, alternating.
 import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir, cpus, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, probe, json } from './lib.mjs';
@@ -14,6 +14,8 @@ const wantPortkey = !args.includes('--no-portkey') && (!QUICK || Boolean(only?.i
 /** Portkey's gateway as published on npm, installed by bench/run into bench/.portkey (pinned there). */
 const PORTKEY = join(ROOT, 'bench/.portkey/node_modules/@portkey-ai/gateway/build/start-server.js');
 const CLI = join(ROOT, 'dist/cli.js');
+/** `--cli PATH`: the Tollgate contenders run another build's `dist/cli.js` (an A/B against main's build); `sim` and the floors stay on this one. */
+const GATEWAY_CLI = args.includes('--cli') ? resolve(args[args.indexOf('--cli') + 1]) : CLI;
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const PLAN = QUICK
@@ -66,9 +68,9 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1, frontend = 
   }
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
-  const p = await start(name, process.execPath, [CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
+  const p = await start(name, process.execPath, [GATEWAY_CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(p);
-  const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
+  const cli = (...a) => JSON.parse(execFileSync(process.execPath, [GATEWAY_CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', `bench@${name}.local`, '--credit', '1000000');
   const key = cli('key', 'create', '--account', acct.account_id, '--rpm', '1000000000', '--concurrency', '1000000').key;
   return { name, kind: 'tollgate', workers, url: p.match[1], pid: p.pid, log: p.log, auth: { authorization: `Bearer ${key}` }, streamModel: 'sim-chat-stream' };

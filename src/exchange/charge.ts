@@ -216,12 +216,15 @@ export class Charge {
   }
 
   private entry(u: Usage, cost: Nanodollars, extra: Record<string, unknown>, seq?: number, reason?: string): LedgerEntry {
+    // What the receipt shows beside the units: the prices they were billed at, and when the exchange began.
+    const record = usageRecord(u);
+    record.prices = pricesRecord(this.spec.model.prices);
+    record.started_at = this.started.toISOString();
     return {
       idemKey: seq === undefined ? this.spec.id : `${this.spec.id}#${seq}`, nonce: this.nonce,
       accountId: this.spec.key.accountId, keyId: this.spec.key.id, kind: 'debit', amount: cost,
       reason: reason ?? this.spec.reason, model: this.spec.model.id, at: new Date(),
-      // What the receipt shows beside the units: the prices they were billed at, and when the exchange began.
-      usage: usageRecord(u, { prices: pricesRecord(this.spec.model.prices), started_at: this.started.toISOString(), ...extra }),
+      usage: Object.assign(record, extra),
     };
   }
 

@@ -9,7 +9,7 @@ import { markUndone } from '../proxy/routed.js';
 import { log } from '../observe/log.js';
 import type { Charge } from './charge.js';
 import type { Meter } from './meter.js';
-import { usageRecord, type Usage } from './usage.js';
+import { unitsText, type Usage } from './usage.js';
 import type { Nanodollars } from '../money.js';
 import { nanoToDecimal, nanoToFixed9 } from '../money.js';
 
@@ -109,7 +109,7 @@ export async function relay(r: Relay): Promise<void> {
     if (r.headers) headers = { ...headers, ...r.headers };
     // A stream billed a fixed amount once anything is sent (speech) says so up front; others' cost is known at their end.
     const known = r.meter.mode === 'stream' ? r.meter.known?.() : undefined;
-    if (known) headers = { ...headers, ...costHeaders(r.charge.cost(known), known) };
+    if (known) headers = withCost(headers, r.charge.cost(known), known);
     res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
     const body: ReplyBody = r.convert ? r.convert(res) : res;
     if (r.meter.mode === 'buffered') await buffered(r, body, started, head.contentType, headers);
@@ -131,17 +131,20 @@ async function buffered(r: Relay, res: ReplyBody, started: bigint, contentType: 
   const u = r.meter.usage();
   const { cost } = await r.charge.settle(u, { extra: extra(r) });
   if (r.down.trace) traced(r.down.trace, r.label, u, cost);
-  r.down.send(200, body, { ...headers, ...costHeaders(cost, u) }, contentType);
+  r.down.send(200, body, withCost(headers, cost, u), contentType);
 }
 
 /**
  * What a reply whose debit is known when its headers go out says of it: `x-tollgate-cost`, exactly the
  * debit in decimal dollars with 9 decimals, and `x-tollgate-units`, the units it was priced by as the
  * ledger names them (`input_tokens=12,output_tokens=30`).
+ * Added to `headers` in one new object (`headers` may be the admission's shared rate-limit headers).
  */
-export function costHeaders(cost: bigint, u: Usage): Record<string, string> {
-  const units = Object.entries(usageRecord(u)).filter(([k]) => k !== 'basis').map(([k, v]) => `${k}=${String(v)}`).join(',');
-  return { 'x-tollgate-cost': nanoToFixed9(cost), 'x-tollgate-units': units };
+function withCost(headers: Record<string, string>, cost: bigint, u: Usage): Record<string, string> {
+  const out = { ...headers };
+  out['x-tollgate-cost'] = nanoToFixed9(cost);
+  out['x-tollgate-units'] = unitsText(u);
+  return out;
 }
 
 /** What the ledger entry keeps besides the usage: the meter's own record, and whether the client left. */

@@ -56,7 +56,23 @@ export function usageRecord(u: Usage, extra: Record<string, unknown> = {}): Reco
   if (u.audioOutputTokens) r.audio_output_tokens = u.audioOutputTokens;
   if (u.cachedInputTokens) r.cached_input_tokens = u.cachedInputTokens;
   r.basis = u.basis;
-  return { ...r, ...extra };
+  return Object.assign(r, extra);
+}
+
+/**
+ * The units of `usageRecord` without the basis, as `x-tollgate-units` shows them
+ * (`input_tokens=12,output_tokens=30`): the same names in the same order, written without the record.
+ */
+export function unitsText(u: Usage): string {
+  let s = `input_tokens=${u.inputTokens},output_tokens=${u.outputTokens}`;
+  if (u.reasoningTokens) s += `,reasoning_tokens=${u.reasoningTokens}`;
+  if (u.characters) s += `,characters=${u.characters}`;
+  if (u.audioInMs) s += `,audio_seconds_in=${u.audioInMs / 1000}`;
+  if (u.audioOutMs) s += `,audio_seconds_out=${u.audioOutMs / 1000}`;
+  if (u.audioInputTokens) s += `,audio_input_tokens=${u.audioInputTokens}`;
+  if (u.audioOutputTokens) s += `,audio_output_tokens=${u.audioOutputTokens}`;
+  if (u.cachedInputTokens) s += `,cached_input_tokens=${u.cachedInputTokens}`;
+  return s;
 }
 
 function whole(n: number | undefined): number {

@@ -26,7 +26,9 @@ export interface SettleResult {
 
 /** A ledger entry as text (amount as a decimal string): what a pending debit carries until it commits. */
 export function serializeEntry(e: LedgerEntry): string {
-  return JSON.stringify({ ...e, amount: e.amount.toString(), at: (e.at ?? new Date()).toISOString() });
+  // Written field by field (no copy of the entry): JSON.stringify leaves out a model or usage that is undefined.
+  return JSON.stringify({ idemKey: e.idemKey, nonce: e.nonce, accountId: e.accountId, keyId: e.keyId, kind: e.kind, amount: e.amount.toString(),
+    reason: e.reason, model: e.model, usage: e.usage, at: (e.at ?? new Date()).toISOString() });
 }
 
 export function parseEntry(text: string): LedgerEntry {

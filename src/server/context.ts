@@ -92,7 +92,8 @@ export class Ctx {
       this.writeRateHeaders(headers);
       for (const k in headers) {
         const v = headers[k]!;
-        for (const one of typeof v === 'string' ? [v] : v) this.res.writeHeader(k, one);
+        if (typeof v === 'string') this.res.writeHeader(k, v);
+        else for (const one of v) this.res.writeHeader(k, one);
       }
       this.res.end(body);
     });
