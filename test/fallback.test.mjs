@@ -4,12 +4,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import http from 'node:http';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startGateway, bearer, assertInvariants, priceNano, dollarsToNano, CLI, NODE } from './helpers/gateway.mjs';
-import { startStub, errorReply, refusedUrl } from './helpers/stub-upstream.mjs';
+import { startStub, startRecorder, errorReply, refusedUrl } from './helpers/stub-upstream.mjs';
 import OpenAI from 'openai';
 import { ConsoleClient } from './browser/client.mjs';
 
@@ -17,29 +16,10 @@ import { ConsoleClient } from './browser/client.mjs';
 const CHEAP = [100_000_000n, 400_000_000n];
 const chat = (id, upstream, extra = {}) => ({ id, upstream, upstream_model: 'sim-chat', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096, ...extra });
 
-/** An upstream that keeps every body it is sent and answers a small chat completion or completion. */
-async function recorder(t) {
-  const bodies = [];
-  const server = http.createServer((req, res) => {
-    let b = '';
-    req.on('data', (c) => { b += c; });
-    req.on('end', () => {
-      bodies.push(JSON.parse(b));
-      const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
-      const choice = req.url === '/v1/completions' ? { index: 0, text: 'ok', finish_reason: 'stop' } : { index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' };
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ id: 'x', object: 'chat.completion', created: 1, model: 'rec', choices: [choice], usage }));
-    });
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  t.after(() => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }));
-  return { url: `http://127.0.0.1:${server.address().port}`, bodies };
-}
-
 /** A gateway whose `big-chat` cannot be reached (connection refused), `busy-chat` answers 503, `broken-chat` 502; `cheap-chat` is sim at other prices, `rec-chat` a recorder. */
 async function setUp(t, extra = {}) {
   const down = await refusedUrl();
-  const rec = await recorder(t);
+  const rec = await startRecorder(t);
   const busy = await startStub(t);
   busy.reply = errorReply(503);
   const broken = await startStub(t);

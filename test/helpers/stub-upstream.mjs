@@ -58,3 +58,29 @@ export async function refusedUrl() {
   await new Promise((r) => s.close(r));
   return `http://127.0.0.1:${port}`;
 }
+
+/**
+ * An upstream that keeps every JSON body it is sent (`rec.bodies`, with `rec.paths` beside them) and answers a
+ * small chat completion, or a completion on /v1/completions. Closed after the test.
+ */
+export async function startRecorder(t) {
+  const rec = { bodies: [], paths: [] };
+  const server = http.createServer((req, res) => {
+    let b = '';
+    req.on('data', (c) => { b += c; });
+    req.on('end', () => {
+      // A GET (the pool's health probe, /v1/models) is answered and not recorded.
+      if (req.method !== 'POST') { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"object":"list","data":[]}'); return; }
+      rec.bodies.push(JSON.parse(b));
+      rec.paths.push(req.url);
+      const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
+      const choice = req.url === '/v1/completions' ? { index: 0, text: 'ok', finish_reason: 'stop' } : { index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' };
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'x', object: 'chat.completion', created: 1, model: 'rec', choices: [choice], usage }));
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  rec.url = `http://127.0.0.1:${server.address().port}`;
+  return rec;
+}

@@ -37,8 +37,8 @@ export interface TextExchange {
   outputTokens(json: Record<string, unknown>): number;
   /** The upstream speaks the Responses API (its stream is Responses events; no stream_options to add). */
   responsesUpstream?: boolean;
-  /** A body already mapped for the upstream (Responses → chat); sent as is. */
-  upstreamBody?: Buffer;
+  /** A body already mapped for the upstream (Responses → chat), made for each upstream's model name (upstream_model per pool entry); sent as is. */
+  upstreamBody?: (upstreamModel: string) => Buffer;
   /** The upstream tasks the request runs: choices (`n`) times prompts (a completions prompt list). */
   tasks?: number;
   /** Reshapes the reply: a buffered JSON body, or a stream of events (Responses translation). */
@@ -78,9 +78,11 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
     // The body per upstream of the pool: each may name the model its own way (upstream_model).
     const bodies = new Map<string, Buffer>();
     const bodyFor = (e: PoolEntry): Buffer => {
-      if (x.upstreamBody) return x.upstreamBody;
       let b = bodies.get(e.upstreamModel);
-      if (!b) { b = viaStream ? asStream(x, e.upstreamModel) : rewrite(x, e.upstreamModel, stream, clientWantsUsage, up); bodies.set(e.upstreamModel, b); }
+      if (!b) {
+        b = x.upstreamBody ? x.upstreamBody(e.upstreamModel) : viaStream ? asStream(x, e.upstreamModel) : rewrite(x, e.upstreamModel, stream, clientWantsUsage, up);
+        bodies.set(e.upstreamModel, b);
+      }
       return b;
     };
     call = s.upstreams.route({ pool: x.model.pool, method: 'POST', path: x.upstreamPath, headers: ctx.headers, body: bodyFor, requestId: ctx.requestId });

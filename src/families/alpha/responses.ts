@@ -50,7 +50,7 @@ export async function response(s: Services, ctx: ExchangeClient, body: Buffer | 
     const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
     return textExchange(s, ctx, {
       model, body: plan.body, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut, bounded: req.max_output_tokens != null,
-      upstreamBody: Buffer.from(JSON.stringify(chat)), fallback,
+      upstreamBody: (upstreamModel) => Buffer.from(JSON.stringify({ ...chat, model: upstreamModel })), fallback,
       promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
       outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
       reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
