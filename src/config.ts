@@ -500,8 +500,6 @@ function poolOf(m: RawConfig['models'][number], i: number, upstreams: ReadonlyMa
     : { name: e.name, weight: e.weight ?? 1, priority: e.priority ?? 0, upstreamModel: e.upstream_model ?? base }));
   const where = (j: number) => (typeof m.upstream === 'string' ? `/models/${i}/upstream` : `/models/${i}/upstream/${j}`);
   pool.forEach((e, j) => {
-    // Only the text routes build their body per upstream; the speech routes send one body to whichever answers.
-    if (e.upstreamModel !== base && m.kind !== 'chat' && m.kind !== 'embedding') fail(`${where(j)}/upstream_model`, 'only a chat or embedding model names its model per upstream; set the model\'s upstream_model');
     if (!upstreams.has(e.name)) fail(where(j), `no upstream named "${e.name}"`);
     if (pool.findIndex((x) => x.name === e.name) !== j) fail(where(j), `upstream "${e.name}" is listed twice`);
   });

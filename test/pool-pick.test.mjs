@@ -58,7 +58,10 @@ test('config: `upstream` is a name or a pool of names and {name, weight, priorit
   assert.ok(load({ id: 't', kind: 'tts', per_mchar: '1', voice_cloning: true, upstream: ['a', 'b'] }), 'a voice-cloning tts model may be pooled (each voice is cloned on every upstream)');
   assert.ok(load({ id: 't', kind: 'sts', audio_in_per_minute: '1', upstream: ['a', 'b'] }), 'a sts model may be pooled');
   assert.ok(load({ id: 't', kind: 'tts', per_mchar: '1', upstream: ['a', 'b'] }), 'a tts model without cloning may be pooled');
-  assert.throws(() => load({ id: 't', kind: 'tts', per_mchar: '1', upstream: ['a', { name: 'b', upstream_model: 'x' }] }), /only a chat or embedding model names its model per upstream/);
+  for (const kind of [{ kind: 'tts', per_mchar: '1' }, { kind: 'stt', audio_in_per_minute: '1' }, { kind: 'sts', audio_in_per_minute: '1' }]) {
+    const m = load({ id: 't', ...kind, upstream_model: 'base', upstream: ['a', { name: 'b', upstream_model: 'x' }] }).models.find((x) => x.id === 't');
+    assert.deepEqual(m.pool.map((e) => e.upstreamModel), ['base', 'x'], `a ${kind.kind} model names its model per upstream`);
+  }
 });
 
 test('the pick: spread by weight, least in-flight first, a lower priority only while the better ones are ejected or full, ejections grow and a trial readmits', async () => {

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type { Services } from '../../services.js';
 import type { Ctx } from '../../server/context.js';
 import type { Route } from '../../server/router.js';
-import type { ModelConfig } from '../../config.js';
+import type { ModelConfig, PoolEntry } from '../../config.js';
 import { TRANSCRIPT_FORMATS, type TranscriptFormat, type TranscriptionCaps } from '../../config-transcription.js';
 import { GatewayError, invalidValue } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
@@ -49,8 +49,7 @@ export function planTranscript(caps: TranscriptionCaps, format: TranscriptFormat
  * The upstream's multipart body: the client's fields and file, the model under the upstream's field name,
  * and `set` replacing (or, when undefined, removing) the fields Tollgate decides.
  */
-function formBody(form: Multipart, modelField: string, model: string, set: Record<string, string[] | undefined>): { body: Buffer; contentType: string } {
-  const boundary = `tollgate-${randomBytes(12).toString('hex')}`;
+function formBody(form: Multipart, modelField: string, model: string, set: Record<string, string[] | undefined>, boundary: string): Buffer {
   const parts: Buffer[] = [];
   const head = (h: string) => Buffer.from(`--${boundary}\r\n${h}\r\n\r\n`, 'utf8');
   const esc = (v: string) => v.replace(/["\r\n]/g, (c) => encodeURIComponent(c));
@@ -65,7 +64,13 @@ function formBody(form: Multipart, modelField: string, model: string, set: Recor
     parts.push(head(`Content-Disposition: form-data; name="${esc(f.field)}"; filename="${esc(f.filename || 'audio')}"\r\nContent-Type: ${f.mimeType || 'application/octet-stream'}`), f.data, Buffer.from('\r\n'));
   }
   parts.push(Buffer.from(`--${boundary}--\r\n`));
-  return { body: Buffer.concat(parts), contentType: `multipart/form-data; boundary=${boundary}` };
+  return Buffer.concat(parts);
+}
+
+/** The form for each upstream of the pool (its model name: upstream_model of its entry), under one content type. */
+function formBodies(form: Multipart, modelField: string, set: Record<string, string[] | undefined>): { body: (e: PoolEntry) => Buffer; contentType: string } {
+  const boundary = `tollgate-${randomBytes(12).toString('hex')}`;
+  return { body: (e) => formBody(form, modelField, e.upstreamModel, set, boundary), contentType: `multipart/form-data; boundary=${boundary}` };
 }
 
 /**
@@ -83,7 +88,7 @@ async function rendered(s: Services, ctx: Ctx, x: { model: ModelConfig; path: st
   const caps = s.upstreams.config(model.upstream).transcription;
   // Subtitles are cut at the segments: ask for them whatever granularity the client named for its own (unused) reply.
   const grains = plan.ask === 'verbose_json' ? ['segment'] : undefined;
-  const up = formBody(x.form, caps.modelField, model.upstreamModel, { response_format: [plan.ask], stream: undefined, 'timestamp_granularities[]': grains });
+  const up = formBodies(x.form, caps.modelField, { response_format: [plan.ask], stream: undefined, 'timestamp_granularities[]': grains });
   const charge = await Charge.open(s, {
     key: ctx.key!, id: ctx.requestId, client: ctx, model, reason: ctx.routeName,
     worst: { inputTokens: 0, outputTokens: 0, characters: 0, audioInMs: x.audioMs, audioOutMs: 0 },
@@ -129,7 +134,7 @@ function transcriptRoute(s: Services, task: 'transcriptions' | 'translations'): 
       const audio = await measureAudio(file.data, { ffmpeg: s.ffmpeg });
       const transcribe = task === 'transcriptions';
       if (plan.kind === 'render') { await rendered(s, ctx, { model, path, form, audioMs: audio.durationMs, transcribe, plan }); return; }
-      const up = formBody(form, caps.modelField, model.upstreamModel, {});
+      const up = formBodies(form, caps.modelField, {});
       // A whole JSON transcription is read and its usage set to what is billed; other replies pass as made.
       const reported = transcribe && !plan.streamed && (format === 'json' || format === 'verbose_json');
       await audioExchange(s, ctx, {

@@ -72,11 +72,10 @@ export class NativeStream {
   static async open(s: Services, socket: SessionSocket, session: SpeechSession, o: StreamOptions, kind: NativeKind, onEnd: (how: EndHow) => void): Promise<NativeStream> {
     const q = new URLSearchParams(o.query);
     for (const k of [...KEY_FIELDS, 'model_id']) q.delete(k);
-    q.set('model_id', session.target.model.upstreamModel);
     const { target } = session;
     // On the voice's upstreams of the model's pool (a cloned voice by its id on the upstream that takes the socket), holding its slot until the socket closes.
     const up = await openPooledSocket(s.upstreams, target.places.pool, {
-      path: (e) => `/v1/text-to-speech/${encodeURIComponent(target.cloned ? target.places.voiceAt(e.name) : o.voiceId)}/${kind}?${q.toString()}`,
+      path: (e) => { q.set('model_id', e.upstreamModel); return `/v1/text-to-speech/${encodeURIComponent(target.cloned ? target.places.voiceAt(e.name) : o.voiceId)}/${kind}?${q.toString()}`; },
       clientHeaders: o.headers, requestId: socket.id, refusal: (res, id) => beta.upstreamError(res, id),
     });
     return new NativeStream(s, socket, session, up.ws, kind === 'multi-stream-input', onEnd, up.release);

@@ -8,7 +8,7 @@ import { GatewayError } from '../../errors.js';
 import { Charge } from '../../exchange/charge.js';
 import { relayCall } from '../../exchange/relay-http.js';
 import { NativeMeter } from '../../meter/native.js';
-import { buildForm, type FormPart } from '../../proxy/form.js';
+import { buildForm, formBoundary, type FormPart } from '../../proxy/form.js';
 import { beta } from './family.js';
 
 /** True when the model's upstream is ElevenLabs' own API. */
@@ -22,22 +22,28 @@ export function nativePath(ctx: Ctx, route: string, voice: string | null, suffix
   return ctx.query ? `${path}?${ctx.query}` : path;
 }
 
+/** A body per upstream of the pool: each gets the model's name there (`upstream_model` of its pool entry), one content type for all. */
+export interface NativeBody { body: (entry: PoolEntry) => Buffer; contentType: string }
+
 /** The JSON body as the client sent it, with only `model_id` set to the model's name at the upstream. */
-export function nativeJson(body: Buffer | null, model: ModelConfig): Buffer {
+export function nativeJson(body: Buffer | null): NativeBody {
   const raw = JSON.parse(body && body.length > 0 ? body.toString('utf8') : '{}') as Record<string, unknown>;
-  return Buffer.from(JSON.stringify({ ...raw, model_id: model.upstreamModel }));
+  return { body: (e) => Buffer.from(JSON.stringify({ ...raw, model_id: e.upstreamModel })), contentType: 'application/json' };
 }
 
 /** The form as the client sent it (every field in order, the file), with only `model_id` set to the model's name at the upstream. */
-export function nativeForm(form: Multipart, file: FilePart, model: ModelConfig): { body: Buffer; contentType: string } {
+export function nativeForm(form: Multipart, file: FilePart): NativeBody {
   const parts: FormPart[] = [];
   for (const [name, values] of form.fields) {
     if (name === 'model_id') continue;
     for (const value of values) parts.push({ name, value });
   }
-  parts.push({ name: 'model_id', value: model.upstreamModel });
-  parts.push({ name: file.field, filename: file.filename || 'audio', contentType: file.mimeType || 'application/octet-stream', data: file.data });
-  return buildForm(parts);
+  const audio: FormPart = { name: file.field, filename: file.filename || 'audio', contentType: file.mimeType || 'application/octet-stream', data: file.data };
+  const boundary = formBoundary();
+  return {
+    body: (e) => buildForm([...parts, { name: 'model_id', value: e.upstreamModel }, audio], boundary).body,
+    contentType: `multipart/form-data; boundary=${boundary}`,
+  };
 }
 
 export interface NativeCall {
@@ -46,7 +52,7 @@ export interface NativeCall {
   pool?: readonly PoolEntry[];
   /** The path, or one per upstream (a cloned voice's id at that upstream in it). */
   path: string | ((entry: PoolEntry) => string);
-  body: { body: Buffer; contentType: string };
+  body: NativeBody;
   /** What the request bills, measured by Tollgate before the call. */
   bill: WholeUnits;
   /** `buffered`: a JSON reply sent whole; `stream`: audio (or NDJSON) forwarded read by read. */

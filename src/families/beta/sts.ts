@@ -54,7 +54,7 @@ async function convert(s: Services, ctx: Ctx, voiceId: string, stream: Readable,
     await nativeExchange(s, ctx, {
       model, pool: places?.pool ?? model.pool,
       path: (e) => nativePath(ctx, 'speech-to-speech', places?.voiceAt(e.name) ?? voiceId, ctx.routeName === 'beta.sts.stream' ? '/stream' : ''),
-      body: nativeForm(form, audio, model), bill: { audioInMs: audioMs }, mode: 'stream', headers: { 'request-id': ctx.requestId },
+      body: nativeForm(form, audio), bill: { audioInMs: audioMs }, mode: 'stream', headers: { 'request-id': ctx.requestId },
     });
     return;
   }

@@ -8,7 +8,7 @@ import { readMultipart, type Multipart } from '../../server/multipart.js';
 import { Charge } from '../../exchange/charge.js';
 import { relayCall } from '../../exchange/relay-http.js';
 import { TranscriptMeter } from '../../meter/transcript.js';
-import { buildForm, type FormPart } from '../../proxy/form.js';
+import { buildForm, formBoundary, type FormPart } from '../../proxy/form.js';
 import { chunkResponse, type Granularity } from './transcript.js';
 import { beta } from './family.js';
 import { measureRawPcm } from '../../meter/audio.js';
@@ -16,7 +16,7 @@ import { wav } from '../../audio/pcm.js';
 import { routeUploadBytes } from '../../config.js';
 import { sttParams } from './stt-params.js';
 import { isNative, nativeExchange, nativeForm, nativePath, refuseDetached } from './native.js';
-import type { ModelConfig } from '../../config.js';
+import type { ModelConfig, PoolEntry } from '../../config.js';
 
 /** Measures an uploaded file's duration in milliseconds (frames counted or samples decoded, never a header); 400 when it cannot be. */
 export type MeasureAudio = (data: Buffer, param: string) => Promise<number>;
@@ -63,22 +63,26 @@ async function transcribe(s: Services, ctx: Ctx, stream: Readable, measure: Meas
     // The audio was measured before the hold: a cost the balance or the ceiling cannot cover is refused (402).
     known: true,
   });
+  // Each upstream's model name (upstream_model of its pool entry) takes this part's place per attempt.
+  const modelPart: FormPart = { name: caps.modelField, value: model.upstreamModel };
   const parts: FormPart[] = [
     rawPcm
       ? { name: 'file', filename: 'audio.wav', contentType: 'audio/wav', data: wav(file.data.subarray(0, file.data.length & ~1), 16_000) }
       : { name: 'file', filename: file.filename || 'audio', contentType: file.mimeType || 'application/octet-stream', data: file.data },
-    { name: caps.modelField, value: model.upstreamModel },
+    modelPart,
     { name: 'response_format', value: verbose ? 'verbose_json' : 'json' },
   ];
   if (verbose) parts.push({ name: 'timestamp_granularities[]', value: 'word' }, { name: 'timestamp_granularities[]', value: 'segment' });
   if (language) parts.push({ name: 'language', value: language });
   if (temperature !== undefined && temperature !== '') parts.push({ name: 'temperature', value: temperature });
   parts.push(...passed);
-  const up = buildForm(parts);
+  // One content type for every upstream of the pool; each body names the model as that upstream knows it.
+  const boundary = formBoundary();
+  const bodyFor = (e: PoolEntry) => buildForm(parts.map((p) => (p === modelPart ? { name: caps.modelField, value: e.upstreamModel } : p)), boundary).body;
   const meter = new TranscriptMeter(audioMs, (json) => JSON.stringify(chunkResponse(json, { durationSecs: audioMs / 1000, granularity, languageCode: language })));
   await relayCall(s.upstreams, {
     down: ctx, charge, meter, requestId: ctx.requestId,
-    model: model, path: '/v1/audio/transcriptions', headers: { ...ctx.headers, 'content-type': up.contentType, accept: 'application/json' }, body: up.body,
+    model: model, path: '/v1/audio/transcriptions', headers: { ...ctx.headers, 'content-type': `multipart/form-data; boundary=${boundary}`, accept: 'application/json' }, body: bodyFor,
     upstreamError: (res) => beta.upstreamError(res, ctx.requestId),
   });
 }
@@ -90,7 +94,7 @@ async function transcribeNative(s: Services, ctx: Ctx, form: Multipart, model: M
   if (!file) throw field422('file', 'file is required: the audio to transcribe.');
   const audioMs = form.field('file_format') === 'pcm_s16le_16' ? measureRawPcm(file.data, 'file', (m) => field422('file_format', m)).durationMs : await measure(file.data, 'file');
   await nativeExchange(s, ctx, {
-    model, path: nativePath(ctx, 'speech-to-text', null), body: nativeForm(form, file, model), bill: { audioInMs: audioMs }, mode: 'buffered', headers: {},
+    model, path: nativePath(ctx, 'speech-to-text', null), body: nativeForm(form, file), bill: { audioInMs: audioMs }, mode: 'buffered', headers: {},
   });
 }
 

@@ -48,7 +48,7 @@ async function synthesize(s: Services, ctx: Ctx, voiceId: string, body: Buffer |
     await nativeExchange(s, ctx, {
       model: target.model, pool: target.places.pool,
       path: (e) => nativePath(ctx, 'text-to-speech', target.cloned ? target.places.voiceAt(e.name) : voiceId, suffix),
-      body: { body: nativeJson(body, target.model), contentType: 'application/json' }, bill: { characters },
+      body: nativeJson(body), bill: { characters },
       mode: shape === 'timestamps' && !stream ? 'buffered' : 'stream', headers: { 'request-id': ctx.requestId, 'character-cost': String(characters) },
     });
     return;

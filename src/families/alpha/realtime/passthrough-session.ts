@@ -60,7 +60,9 @@ export class Passthrough implements SessionHandler {
   private readonly ending: SessionEnd;
 
   constructor(private readonly s: Services, private readonly socket: SessionSocket, private readonly model: ModelConfig,
-    private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number, private readonly releaseUpstream: () => void = () => undefined) {
+    private readonly charge: Charge, private readonly up: WebSocket, expiresAt?: number, private readonly releaseUpstream: () => void = () => undefined,
+    /** The model's name on the upstream the socket opened on (upstream_model of its pool entry). */
+    private readonly upstreamModel: string = model.upstreamModel) {
     this.estimate = new ConversationEstimate(model, charge.prices);
     this.idle = new IdleLimit(s.config.realtime.idleTimeoutMs, () => this.live.size > 0 || this.pending.length > 0, (e) => this.stop(e));
     this.ending = new SessionEnd(socket, { stop: () => { this.ended = true; this.idle.stop(); }, idle: () => this.finish() }, () => charge);
@@ -128,7 +130,7 @@ export class Passthrough implements SessionHandler {
     switch (m.type) {
       case 'session.update': case 'transcription_session.update': {
         const session = m.session as Obj;
-        if (session.model !== undefined) { session.model = this.model.upstreamModel; out = JSON.stringify(m); }
+        if (session.model !== undefined) { session.model = this.upstreamModel; out = JSON.stringify(m); }
         break;
       }
       case 'response.create': {

@@ -41,6 +41,6 @@ export async function openPassthrough(s: Services, req: UpgradeRequest, key: Key
     throw e;
   }
   if (first) up.ws.send(JSON.stringify(first));
-  return new Passthrough(s, socket, model, charge, up.ws, expiresAt, up.release);
+  return new Passthrough(s, socket, model, charge, up.ws, expiresAt, up.release, up.entry.upstreamModel);
 }
 

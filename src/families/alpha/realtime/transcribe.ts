@@ -3,7 +3,8 @@ import { GatewayError } from '../../../errors.js';
 import { Part } from '../../../exchange/part.js';
 import { usage, type Usage } from '../../../exchange/usage.js';
 import { wav } from '../../../audio/pcm.js';
-import { buildForm } from '../../../proxy/form.js';
+import { buildForm, formBoundary } from '../../../proxy/form.js';
+import type { PoolEntry } from '../../../config.js';
 import type { RoutedCall } from '../../../proxy/routed.js';
 import { alpha } from '../family.js';
 import type { SessionContext } from './context.js';
@@ -33,20 +34,25 @@ export async function transcribe(ctx: SessionContext, item: Item, pcm: Buffer, c
   }
   const id = `${ctx.socket.id}-${part.seq}`;
   const t = ((ctx.session.audio as { input: Obj }).input.transcription as Obj | null) ?? {};
-  // One form for every upstream of the pool: a transcription model's upstreams share its model name (config.ts poolOf).
-  const form = buildForm([
-    { name: 'model', value: stt.upstreamModel }, { name: 'response_format', value: 'json' },
-    ...(typeof t.language === 'string' ? [{ name: 'language', value: t.language }] : []),
-    ...(typeof t.prompt === 'string' ? [{ name: 'prompt', value: t.prompt }] : []),
-    { name: 'file', filename: 'turn.wav', contentType: 'audio/wav', data: wav(pcm, RATE) },
-  ]);
+  // The form for each upstream of the pool, naming the model as that upstream knows it (upstream_model of its entry), under one content type.
+  const boundary = formBoundary();
+  const audio = wav(pcm, RATE);
+  const form = {
+    contentType: `multipart/form-data; boundary=${boundary}`,
+    body: (e: PoolEntry) => buildForm([
+      { name: 'model', value: e.upstreamModel }, { name: 'response_format', value: 'json' },
+      ...(typeof t.language === 'string' ? [{ name: 'language', value: t.language }] : []),
+      ...(typeof t.prompt === 'string' ? [{ name: 'prompt', value: t.prompt }] : []),
+      { name: 'file', filename: 'turn.wav', contentType: 'audio/wav', data: audio },
+    ], boundary).body,
+  };
   let text: string | null = null;
   let failure: GatewayError | null = null;
   let call: RoutedCall | undefined;
   try {
     // Over the model's pool, as an HTTP transcription is (retry rule, health, protection); its slot freed once the reply is read.
     call = ctx.s.upstreams.route({ pool: stt.pool, method: 'POST', path: '/v1/audio/transcriptions', headers: { ...ctx.headers, 'content-type': form.contentType, accept: 'application/json' },
-      body: () => form.body, requestId: id });
+      body: form.body, requestId: id });
     const res = await call.response;
     if (res.statusCode !== 200) {
       failure = await alpha.upstreamError(res, id);
