@@ -579,3 +579,9 @@ function deepFreeze<T>(o: T): T {
   }
   return o;
 }
+
+/** The base URL clients are given: `public_url` when set, else the listen host and this port. */
+export function baseUrlOf(config: Config, port: number): string {
+  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
+  return config.publicUrl ?? `http://${host}:${port}`;
+}

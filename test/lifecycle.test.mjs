@@ -11,10 +11,10 @@ import { startGateway, freshDatabase, bearer, chatBody, CLI, TEST_MODELS, assert
 
 const run = promisify(execFile);
 
-test('the embedded default creates a demo account on first start, prints a working key, and keeps data across restarts', async (t) => {
+test('the embedded default creates its store and a demo account on first start (initdb, not the template the tests copy), prints a working key, and keeps data across restarts', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-embedded-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const gw = await startGateway(t, { embedded: true, dataDir: dir });
+  const gw = await startGateway(t, { embedded: true, dataDir: dir, freshStore: true });
   const key = /API key \(shown once\):\s+(svc_live_[0-9A-Za-z]+)/.exec(gw.output.stdout)?.[1];
   assert.ok(key, `banner shows a key:\n${gw.output.stdout}`);
   assert.match(gw.output.stdout, /Console:\s+http:\/\/127\.0\.0\.1:\d+\/console/);

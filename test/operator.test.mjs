@@ -1,4 +1,5 @@
-// The operator's first hour: what the first start prints, the demo account in the console, and the CLI reaching every account.
+// The operator's first hour: what the first start prints, the demo account in the console, and the CLI reaching every account
+// (every gw.cli here starts the real CLI process: its exit codes and messages are what is tested).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
@@ -38,7 +39,7 @@ async function signIn(browser, url) {
 test('the first start prints a key, a one-time console sign-in link and a command for more keys that works as printed; so do later starts', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-first-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const gw = await startGateway(t, { embedded: true, dataDir: dir });
+  const gw = await startGateway(t, { embedded: true, dataDir: dir, spawnCli: true });
   const out = gw.output.stdout;
   const link = command(out, 'Console sign-in:');
   assert.match(link, /^http:\/\/127\.0\.0\.1:\d+\/console\/signin\/[A-Za-z0-9_-]{43}$/);
@@ -50,7 +51,7 @@ test('the first start prints a key, a one-time console sign-in link and a comman
   assert.equal((await gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body: chatBody() })).status, 200);
   await gw.stop();
 
-  const again = await startGateway(t, { embedded: true, dataDir: dir });
+  const again = await startGateway(t, { embedded: true, dataDir: dir, spawnCli: true });
   const later = again.output.stdout;
   assert.doesNotMatch(later, /shown once/);
   const keys = command(later, 'API keys:');
@@ -76,12 +77,12 @@ test('the first start prints a key, a one-time console sign-in link and a comman
   assert.equal((await other.login('demo@tollgate.local', 'violet tugboat harmonica')).status, 303, 'the password set there logs in');
   assert.equal((await signIn(new ConsoleClient(again.url), `${again.url}${new URL(link2).pathname}`)).status, 303);
   await again.stop();
-  const third = await startGateway(t, { embedded: true, dataDir: dir });
+  const third = await startGateway(t, { embedded: true, dataDir: dir, spawnCli: true });
   assert.match(third.output.stdout, /Console log-in:\s+demo@tollgate\.local with the password set for it/);
 });
 
 test('the operator reaches every account by id or email, and an unknown one is exit 1 with a clear message', async (t) => {
-  const gw = await startGateway(t, { store: 'postgres' });
+  const gw = await startGateway(t, { store: 'postgres', spawnCli: true });
   const a = await gw.cli('account', 'create', '--email', 'Alice@Example.com', '--credit', '3');
   const b = await gw.cli('account', 'create', '--email', 'bob@example.org');
   const all = await gw.cli('account', 'list');
@@ -117,7 +118,7 @@ test('the operator reaches every account by id or email, and an unknown one is e
 });
 
 test('the serve --config banner suggests commands with --config, and they work as printed', async (t) => {
-  const gw = await startGateway(t, { store: 'postgres' });
+  const gw = await startGateway(t, { store: 'postgres', spawnCli: true });
   await gw.cli('account', 'create', '--email', 'listed@example.com');
   const list = command(gw.output.stdout, 'Accounts:');
   assert.equal(list, `node dist/cli.js account list --config ${gw.configPath}`);
@@ -141,7 +142,7 @@ test('a CLI run that would make a new embedded store says where it writes, and o
 });
 
 test('the banner prints both families\' base URLs with the header each takes, and the ElevenLabs one answers with the printed key', async (t) => {
-  const gw = await startGateway(t, { embedded: true });
+  const gw = await startGateway(t, { embedded: true, spawnCli: true });
   const out = gw.output.stdout;
   const line = out.split('\n').find((l) => l.trimStart().startsWith('ElevenLabs-shaped API:'));
   assert.ok(line, out);

@@ -1,5 +1,5 @@
 // The gateway behind a front end (uWS or node:http, io.ts): serves the mounted routes, authenticates keys, admits unbilled requests, and drains on shutdown.
-import type { Config } from '../config.js';
+import { baseUrlOf, type Config } from '../config.js';
 import { CLOSE, GatewayError, internalError, limitsUnavailable, notFound, storeUnavailable, type ErrorRenderer } from '../errors.js';
 import type { StateCache } from '../gate/cache.js';
 import { authenticate, authenticateKey, invalidKey, requireScope } from '../gate/auth.js';
@@ -36,10 +36,6 @@ export function duringOutage(e: GatewayError, health: HealthMonitor | undefined)
 }
 
 /** The URL clients use: `public_url`, else the listen host (bracketed if IPv6) and the bound port. */
-export function baseUrlOf(config: Config, port: number): string {
-  const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
-  return config.publicUrl ?? `http://${host}:${port}`;
-}
 
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** More header bytes than any client of ours sends: refused with 431 before anything else is done. */
