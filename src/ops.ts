@@ -1,5 +1,5 @@
 // Operator commands (accounts, credits, keys) as functions on the store, shared by the CLI and the admin socket.
-import type { Db } from './store/db.js';
+import type { Db, Queryable } from './store/db.js';
 import { accountById, accountByEmail, accountByEmailAnyCase, createAccount, keySpend, listAccounts, type AccountRecord } from './store/accounts.js';
 import { createKey, keyByHash, keysOfAccount, revokeKey, updateKeyLimits, SCOPES, type KeyLimits, type KeyRecord, type Period, type Scope } from './store/keys.js';
 import { hashKey, KEY_DISPLAY_PREFIX_LEN } from './store/ids.js';
@@ -92,7 +92,7 @@ function shownKey(k: string): string {
 export { credit } from './ledger/credit.js';
 
 /** An account by id (`acct_…`) or email; a clear exit-1 error when there is none. */
-export async function findAccount(db: Db, ref: string): Promise<AccountRecord> {
+export async function findAccount(db: Queryable, ref: string): Promise<AccountRecord> {
   const acct = ref.includes('@') ? await accountByEmail(db, ref) ?? await accountByEmailAnyCase(db, ref) : await accountById(db, ref);
   if (acct) return acct;
   throw missing(`no account ${ref}: give an account id (acct_…) or its email; \`account list\` shows every account`);
@@ -134,15 +134,19 @@ export async function runOp(d: OpsDeps, command: string, a: OpArgs): Promise<Rec
       return { account_id: acct.id, email: user.email, url: `${d.baseUrl}/console/signin/${link.token}`, expires_at: link.expiresAt.toISOString() };
     }
     case 'account show': {
-      const acct = await findAccount(d.db, str(a, 'account_id')!);
-      const id = acct.id;
-      const keys = await keysOfAccount(d.db, id);
-      const spend = await keySpend(d.db, keys.map((k) => k.id));
-      const total = await ledgerTotal(d.db, id);
-      return {
-        account_id: id, email: acct.email, balance: nanoToDollars(acct.balance),
-        ledger_total: nanoToDollars(total), keys: keys.map((k) => keyView(k, spend.get(k.id))),
-      };
+      // One snapshot: a debit committed between the reads would otherwise show in one figure and not the other.
+      return d.db.tx(async (c) => {
+        await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY');
+        const acct = await findAccount(c, str(a, 'account_id')!);
+        const id = acct.id;
+        const keys = await keysOfAccount(c, id);
+        const spend = await keySpend(c, keys.map((k) => k.id));
+        const total = await ledgerTotal(c, id);
+        return {
+          account_id: id, email: acct.email, balance: nanoToDollars(acct.balance),
+          ledger_total: nanoToDollars(total), keys: keys.map((k) => keyView(k, spend.get(k.id))),
+        };
+      });
     }
     case 'key create': {
       const accountRef = str(a, 'account')!;

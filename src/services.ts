@@ -8,6 +8,7 @@ import { MemoryLimiter } from './gate/limits/memory.js';
 import { RedisLimiter } from './gate/limits/redis.js';
 import type { Limiter } from './gate/limits/types.js';
 import type { AdmissionDeps } from './gate/admission.js';
+import { LocalView } from './gate/local-view.js';
 import { Settler } from './ledger/settle.js';
 import { DebitJournal } from './ledger/journal.js';
 import { Committer } from './exchange/committer.js';
@@ -117,6 +118,7 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
   const admission: AdmissionDeps = {
     cache, limiter, metrics, defaultRpm: c.limits.defaultRpm, defaultConcurrency: c.limits.defaultConcurrency,
     holdTtlMs: maxTimeout + 60_000, allowOverdraft: c.limits.allowOverdraft, openHolds: { count: 0, releasing: new Set() },
+    ...(limiter.kind === 'redis' && c.limits.overlapAdmission ? { localView: new LocalView(), overlap: { admitted: 0, refused: 0 } } : {}),
   };
   const ffmpeg = await finding;
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
@@ -135,6 +137,7 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
   metrics.ledgerWrites = () => settler.writes;
   metrics.keyLookups = () => cache.missLookups;
   metrics.openHolds = () => admission.openHolds.count;
+  metrics.admissionOverlap = () => admission.overlap ?? null;
   metrics.pendingDebits = () => committer.pending;
   metrics.retryingDebits = () => committer.retrying;
   metrics.commitFailures = () => committer.commitsFailed;

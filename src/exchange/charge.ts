@@ -1,5 +1,5 @@
 // A Charge: the worst case held at admission, then the priced usage settled durably (once, or in parts), or released.
-import { admit, type AdmissionDeps, type Hold } from '../gate/admission.js';
+import { admit, mayOverlap, type AdmissionDeps, type Hold } from '../gate/admission.js';
 import { invalidKey } from '../gate/auth.js';
 import type { GatewayError } from '../errors.js';
 import type { PendingDebit, QuotaAsk } from '../gate/limits/types.js';
@@ -72,9 +72,27 @@ export class Charge {
     /** Unique per attempt: tells a retried settle of this debit from a client reusing its request id. */
     private readonly nonce: string) {}
 
-  static async open(d: ChargeDeps, spec: ChargeSpec): Promise<Charge> {
+  static open(d: ChargeDeps, spec: ChargeSpec): Promise<Charge> {
+    return Charge.opening(d, spec, price(spec.model.prices, spec.worst));
+  }
+
+  /**
+   * Opens the charge as `open` does, and says whether the caller may start its upstream call before the
+   * admission answers (`early`: the local view finds the request far from every limit; see
+   * gate/admission.ts mayOverlap). A caller that does so must, if `charge` rejects, abandon the call:
+   * nothing is billed, as for any refused request.
+   */
+  static begin(d: ChargeDeps, spec: ChargeSpec): { charge: Promise<Charge>; early: boolean } {
+    const worst = price(spec.model.prices, spec.worst);
+    const early = mayOverlap(d.admission, spec.key, worst, spec.worst);
+    const charge = Charge.opening(d, spec, worst);
+    if (early) charge.catch(() => undefined); // awaited by the caller once its call has started
+    return { charge, early };
+  }
+
+  private static async opening(d: ChargeDeps, spec: ChargeSpec, worst: bigint): Promise<Charge> {
     const attempt = base62(12);
-    const hold = await admit(d.admission, spec.key, `${spec.id}/${attempt}`, price(spec.model.prices, spec.worst), true, spec.known === true, spec.worst);
+    const hold = await admit(d.admission, spec.key, `${spec.id}/${attempt}`, worst, true, spec.known === true, spec.worst);
     if (spec.client) spec.client.rateHeaders = hold.rateHeaders;
     return new Charge(d, spec, hold, spec.nonce ?? attempt);
   }

@@ -255,3 +255,21 @@ export async function relayCall(upstreams: Upstreams, c: CallSpec): Promise<void
     idleMs: upstreams.config(c.model.upstream).timeoutMs, label: c.model.id, ...(c.convert ? { convert: c.convert } : {}),
   });
 }
+
+/**
+ * Waits for the admission of a call that started before it answered (Charge.begin's `early`): refused,
+ * the call is abandoned (the upstream sees its socket close; nothing was relayed, nothing is billed) and
+ * the refusal is the answer. `counts`: how many such calls were admitted and refused (/metrics).
+ */
+export async function admitted(charge: Promise<Charge>, call: UpstreamCall, counts?: { admitted: number; refused: number }): Promise<Charge> {
+  try {
+    const c = await charge;
+    if (counts) counts.admitted++;
+    return c;
+  } catch (e) {
+    call.abort();
+    call.finish?.();
+    if (counts) counts.refused++;
+    throw e;
+  }
+}

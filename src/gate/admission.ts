@@ -8,6 +8,7 @@ import { nanoToDecimal } from '../money.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Units } from '../ledger/pricing.js';
 import { goDuration, quotaAsks, quotaUse, rateHeaders, retryHeaders, usageLimits } from './rate-headers.js';
+import type { LocalView } from './local-view.js';
 
 /** An admitted request's place in the limiter: its worst-case amount and its concurrency slot. */
 export interface Hold {
@@ -53,6 +54,10 @@ export interface AdmissionDeps {
   allowOverdraft?: boolean;
   /** Holds this instance placed and has not freed yet, and releases still under way. */
   openHolds: { count: number; releasing: Set<Promise<void>> };
+  /** With a remote limiter (Redis): what this instance saw of each key's limits (mayOverlap). */
+  localView?: LocalView;
+  /** Upstream calls started before their admission answered: admitted, and refused (the call abandoned, unbilled). */
+  overlap?: { admitted: number; refused: number };
 }
 
 export function effectiveLimits(key: KeyRecord, d: { defaultRpm: number; defaultConcurrency: number }): { rpm: number; concurrency: number } {
@@ -139,6 +144,23 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
 }
 
 /**
+ * Whether a request of `amount` (worst case `worst`) is so far from every limit of its key and account,
+ * as this instance last saw them, that its upstream call may start while admission places the hold
+ * (issue 29: the admission round trip off the critical path). The admission itself is unchanged: a
+ * request it refuses is refused, and the caller abandons the call it started, billing nothing. Only
+ * with a remote limiter (the in-process one answers without a round trip); see gate/local-view.ts.
+ */
+export function mayOverlap(d: AdmissionDeps, key: KeyRecord, amount: bigint, worst?: Units): boolean {
+  if (!d.localView) return false;
+  const period = key.spendLimitPeriod === 'daily' ? 'day' as const : 'month' as const;
+  const b = d.cache.balanceState(key.accountId);
+  const s = d.cache.spendState(key.id, period);
+  if (b instanceof Promise || s instanceof Promise) return false;
+  const quotas = quotaAsks(usageLimits(key), worst).length;
+  return d.localView.far(key, amount, b.amount, s.amount, effectiveLimits(key, d).concurrency, quotas);
+}
+
+/**
  * Admits one request. With `money`, balance > 0 and the key under its ceiling, counting every hold
  * and pending debit of the account (on any instance, with Redis), and this request holds `amount`
  * until it settles. `known`: `amount` is the request's known or bounded cost, and must also fit in
@@ -198,7 +220,8 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
   let open = true;
   let held = amount;
   d.openHolds.count++;
-  const close = () => { if (!open) return false; open = false; d.openHolds.count--; return true; };
+  d.localView?.admitted(key.id, out.remaining);
+  const close = () => { if (!open) return false; open = false; d.openHolds.count--; d.localView?.closed(key.id); return true; };
   return {
     id: holdId, accountId: key.accountId, keyId: key.id,
     get amount() { return held; },

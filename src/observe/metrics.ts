@@ -33,6 +33,8 @@ export class Metrics {
   parkedDebits = (): number => 0;
   recoveredDebits = (): number => 0;
   keyLookups = (): number => 0;
+  /** Upstream calls started before their admission answered (Redis limits): admitted, refused. */
+  admissionOverlap = (): { admitted: number; refused: number } | null => null;
   /** Per configured upstream (a bounded label set): health, in flight, ejections, retries, busy refusals. */
   upstreamHealth = (): UpstreamHealth[] => [];
   /** The front end serving (server/io.ts): uws or node. */
@@ -55,6 +57,11 @@ export class Metrics {
     for (const [k, v] of this.requests) out.push(`tollgate_requests_total{${k}} ${v}`);
     out.push('# HELP tollgate_admission_rejections_total Requests refused at admission, by reason.', '# TYPE tollgate_admission_rejections_total counter');
     for (const [k, v] of this.rejections) out.push(`tollgate_admission_rejections_total{reason="${k}"} ${v}`);
+    const overlap = this.admissionOverlap();
+    if (overlap) {
+      out.push('# HELP tollgate_admission_overlap_total Upstream calls started while admission placed the hold (far from every limit), by its answer; a refused one was abandoned unbilled.', '# TYPE tollgate_admission_overlap_total counter');
+      out.push(`tollgate_admission_overlap_total{outcome="admitted"} ${overlap.admitted}`, `tollgate_admission_overlap_total{outcome="refused"} ${overlap.refused}`);
+    }
     hist(out, 'tollgate_request_duration_ms', 'Time from request to response end.', this.latency);
     hist(out, 'tollgate_gateway_overhead_ms', 'Request time minus upstream time, for proxied requests.', this.overhead);
     out.push('# HELP tollgate_ledger_writes_total Ledger entries committed.', '# TYPE tollgate_ledger_writes_total counter');

@@ -59,6 +59,7 @@ let templateDir = null;
 
 /** The operator commands gw.cli runs in this process (see there); the rest start the CLI. */
 const IN_PROCESS_COMMANDS = new Set(['account create', 'account show', 'account credit', 'account list', 'key create', 'key revoke', 'key limits', 'key list']);
+const READ_COMMANDS = new Set(['account show', 'account list', 'key list']);
 let cliMods = null;
 function cliModules() {
   const dist = (f) => import(join(ROOT, 'dist', f));
@@ -173,6 +174,10 @@ export async function startGateway(t, options = {}) {
     const { positional, flags } = m.args.parseArgs(rest);
     const args = m.args.operatorArgs(command, positional, flags);
     const fail = (message) => { throw new Error(`tollgate: ${message}`); };
+    // The ledger commit follows a response without the response waiting on it: a read made at once could
+    // miss a debit the client has seen (a CLI process took ~0.3 s to start, and hid that). A read here
+    // first waits for this gateway's debits to land, as an operator's read a moment later would see them.
+    if (READ_COMMANDS.has(command)) await debitsLanded();
     try {
       if (db) {
         opsDb ??= m.db.openPostgres(db.url, 2);
@@ -187,6 +192,15 @@ export async function startGateway(t, options = {}) {
     } catch (e) {
       if (e instanceof m.ops.OpError) fail(e.message);
       throw e;
+    }
+  }
+  async function debitsLanded() {
+    const until = Date.now() + 5000;
+    while (proc.exitCode === null && proc.signalCode === null && Date.now() < until) {
+      const m = await fetch(`${gw.url}/metrics`).then((r) => r.text()).catch(() => null);
+      const pending = m && /^tollgate_pending_debits (\d+)/m.exec(m);
+      if (!pending || pending[1] === '0') return;
+      await new Promise((r) => setTimeout(r, 10));
     }
   }
   const gw = {

@@ -2,7 +2,7 @@
 import type { Services } from '../../services.js';
 import type { ModelConfig, PoolEntry } from '../../config.js';
 import { Charge } from '../../exchange/charge.js';
-import { relay } from '../../exchange/relay-http.js';
+import { relay, admitted } from '../../exchange/relay-http.js';
 import type { ExchangeClient } from '../../exchange/client.js';
 import type { Meter } from '../../exchange/meter.js';
 import { SseMeter, type SseMeterOptions } from '../../meter/sse.js';
@@ -52,12 +52,15 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   const up = s.upstreams.config(x.model.upstream);
   const tasks = x.tasks ?? 1;
   // Every task of a per-task upstream reads the whole prompt and is billed it: the hold covers each.
-  const charge = await Charge.open(s, {
+  const opening = Charge.begin(s, {
     key: ctx.key!, id: ctx.debit?.id ?? ctx.requestId, client: ctx, nonce: ctx.debit?.nonce, reason: ctx.routeName,
     model: ctx.debit?.batch ? { id: x.model.id, prices: x.model.batchPrices } : x.model,
     worst: { inputTokens: x.body.length * (up.usagePerTask ? tasks : 1), outputTokens: x.maxOutputTokens, characters: 0, audioInMs: 0, audioOutMs: 0 },
     known: x.bounded === true,
   });
+  // Near a limit, admission answers before anything is sent upstream; far from every limit the call
+  // starts at once and the hold is placed meanwhile (Charge.begin).
+  let charge: Charge = opening.early ? (undefined as unknown as Charge) : await opening.charge;
   const stream = x.parsed.stream === true;
   const clientWantsUsage = stream && (x.parsed.stream_options as { include_usage?: unknown } | null | undefined)?.include_usage === true;
   // A whole reply from llama.cpp counts one task's usage: several tasks are asked as a stream, which reports each.
@@ -87,9 +90,10 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
     };
     call = s.upstreams.route({ pool: x.model.pool, method: 'POST', path: x.upstreamPath, headers: ctx.headers, body: bodyFor, requestId: ctx.requestId });
   } catch (e) {
-    await charge.release();
+    await (opening.early ? opening.charge.then((c) => c.release(), () => undefined) : charge.release());
     throw e;
   }
+  if (opening.early) charge = await admitted(opening.charge, call, s.admission.overlap);
   // From here the relay owns the charge: it settles it or, whatever happens, releases it.
   await relay({
     down: ctx, charge, call, meter, idleMs: up.timeoutMs, requestId: ctx.requestId, label: x.model.id,
