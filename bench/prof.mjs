@@ -13,6 +13,7 @@ const REQUESTS = Number(opt('--requests', '20000'));
 const ROUNDS = Number(opt('--rounds', '3'));
 const CONNECTIONS = opt('--connections', '128');
 const CPU_PROF = opt('--cpu-prof', null); // a directory: the gateway runs with --cpu-prof into it
+const LIMITS = JSON.parse(opt('--limits', '{}')); // merged into the config's limits, e.g. '{"overlap_admission":false}'
 const HEAP_PROF = opt('--heap-prof', null); // a directory: the gateway runs with --heap-prof into it (sampled allocations still live at exit: what is retained, not the allocation rate)
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
@@ -28,7 +29,7 @@ async function main() {
   const env = { TOLLGATE_LOG_REQUESTS: '0' };
   const config = {
     listen: '127.0.0.1:0',
-    limits: { default_rpm: 1_000_000_000, default_concurrency: 1_000_000 },
+    limits: { default_rpm: 1_000_000_000, default_concurrency: 1_000_000, ...LIMITS },
     payments: { provider: 'sandbox', allow_sandbox: true },
     upstreams: { sim: { base_url: sim.match[1] } },
     models: [{ id: 'sim-chat', upstream: 'sim', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 }],

@@ -33,6 +33,9 @@ import { UnbilledLog } from './ledger/unbilled.js';
 import { ReceiptSigner } from './ledger/receipt.js';
 import { receiptKey } from './store/receipts.js';
 
+/** The least time between two group commits' starts (ledger/settle.ts, Settler.schedule). */
+const COMMIT_PACE_MS = 10;
+
 export interface Services {
   config: Config;
   /** 'balance' (accountId: string, balance: bigint) after every committed ledger change seen by this instance. */
@@ -99,7 +102,7 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
   const settler = new Settler(db, {
     balance: (id, bal, v) => { cache.balance(id, bal, v); events.emit('balance', id, bal); },
     spend: (k, p, st, sp, v) => cache.spend(k, p, st, sp, v),
-  });
+  }, COMMIT_PACE_MS);
   const committer = new Committer(settler, limiter, db);
   const recovery = new Recovery(limiter, committer);
   const sims: SimHandle[] = [];

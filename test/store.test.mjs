@@ -57,6 +57,25 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.equal(tt.n, 3);
   });
 
+  test(`group commits are paced: the first debit commits at once, the ones that follow within the pace go in one commit (${name})`, async (t) => {
+    const db = await open(t);
+    const s = new Settler(db, quiet, 300);
+    const acct = await createAccount(db, `p${name}@example.com`);
+    await s.submit({ idemKey: 'c', nonce: 'c', accountId: acct.id, keyId: null, kind: 'credit', amount: 1_000_000n, reason: 'top-up' });
+    assert.equal(s.commits, 1, 'the first one was not held back');
+    // One request at a time: five debits 2 ms apart, each after the one before is queued.
+    const landed = [];
+    for (let i = 0; i < 5; i++) {
+      landed.push(s.submit({ idemKey: `d${i}`, nonce: `n${i}`, accountId: acct.id, keyId: null, kind: 'debit', amount: 1000n, reason: 'chat' }));
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    await Promise.all(landed);
+    assert.equal(s.commits, 2, `the five went in one group commit, not ${s.commits - 1}`);
+    const tt = await totals(db, acct.id);
+    assert.equal(tt.balance, 1_000_000n - 5000n);
+    assert.equal(tt.balance, tt.sum);
+  });
+
   test(`hundreds of concurrent settles group-commit and keep balance equal to the ledger (${name})`, async (t) => {
     const db = await open(t);
     const s = new Settler(db, quiet);
