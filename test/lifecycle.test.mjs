@@ -108,7 +108,8 @@ test('an operator credit moves the balance and records its reason in the ledger'
   assert.equal(out.balance, 12.345);
   const db = new pg.Client({ connectionString: gw.db.url });
   await db.connect();
-  const { rows } = await db.query("SELECT kind, amount_nd, reason FROM ledger WHERE account_id = $1", [acct.account_id]);
+  // As text: the gateway modules this process loads for gw.cli read int8 as bigint in every pg client here.
+  const { rows } = await db.query("SELECT kind, amount_nd::text AS amount_nd, reason FROM ledger WHERE account_id = $1", [acct.account_id]);
   await db.end();
   assert.deepEqual(rows, [{ kind: 'credit', amount_nd: '12345000000', reason: 'goodwill for incident #42' }]);
   await assertInvariants(assert, gw, acct.account_id);
