@@ -1,8 +1,11 @@
 // The profile harness: one gateway (embedded or PostgreSQL + Redis) before `sim` at 0 ms, a fixed number of chat requests at max rate; gateway CPU µs per request from /proc, optionally a --cpu-prof.
+// --sequential N: instead, N requests one at a time over one keep-alive socket (after 300 to warm up), each round
+// reporting the client's p50/p90/p99 and the gateway's CPU per request (what one request at a time costs it).
 import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
+import http from 'node:http';
 import { ROOT, start, stop, usage, autocannon } from './lib.mjs';
 
 const args = process.argv.slice(2);
@@ -12,6 +15,7 @@ const STORE = opt('--store', 'embedded'); // embedded | pg
 const REQUESTS = Number(opt('--requests', '20000'));
 const ROUNDS = Number(opt('--rounds', '3'));
 const CONNECTIONS = opt('--connections', '128');
+const SEQUENTIAL = Number(opt('--sequential', '0'));
 const CPU_PROF = opt('--cpu-prof', null); // a directory: the gateway runs with --cpu-prof into it
 const LIMITS = JSON.parse(opt('--limits', '{}')); // merged into the config's limits, e.g. '{"overlap_admission":false}'
 const HEAP_PROF = opt('--heap-prof', null); // a directory: the gateway runs with --heap-prof into it (sampled allocations still live at exit: what is retained, not the allocation rate)
@@ -54,6 +58,7 @@ async function main() {
   const key = cli('key', 'create', '--account', acct.account_id, '--rpm', '1000000000', '--concurrency', '1000000').key;
   const url = `${gw.match[1]}/v1/chat/completions`;
   const ac = (n) => autocannon(['-m', 'POST', '-H', 'content-type=application/json', '-H', `authorization=Bearer ${key}`, '-b', CHAT, '-c', CONNECTIONS, '-a', String(n), url]);
+  if (SEQUENTIAL > 0) return sequential(url, key, gw.pid);
   await ac(Math.min(REQUESTS, 5000)); // warm up
   const rounds = [];
   for (let i = 0; i < ROUNDS; i++) {
@@ -67,6 +72,38 @@ async function main() {
   }
   const idle = usage(gw.pid).rss;
   console.log(JSON.stringify({ cli: CLI, store: STORE, requests: REQUESTS, rounds, rss_mb: Math.round(idle / 1e5) / 10 }));
+}
+
+/** One request at a time over one keep-alive socket: latency percentiles and the gateway's CPU per request. */
+async function sequential(url, key, pid) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const u = new URL(url);
+  const post = () => new Promise((res, rej) => {
+    const req = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST', agent,
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}`, 'content-length': Buffer.byteLength(CHAT) } }, (r) => {
+      r.resume();
+      r.on('end', () => (r.statusCode === 200 ? res() : rej(new Error(`status ${r.statusCode}`))));
+    });
+    req.on('error', rej);
+    req.end(CHAT);
+  });
+  for (let i = 0; i < 300; i++) await post();
+  const rounds = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const before = usage(pid).cpu;
+    const ts = [];
+    for (let i = 0; i < SEQUENTIAL; i++) {
+      const t0 = process.hrtime.bigint();
+      await post();
+      ts.push(Number(process.hrtime.bigint() - t0) / 1000);
+    }
+    const cpu = usage(pid).cpu - before;
+    ts.sort((a, b) => a - b);
+    const at = (q) => Math.round(ts[Math.min(ts.length - 1, Math.floor(q * ts.length))]);
+    rounds.push({ p50_us: at(0.5), p90_us: at(0.9), p99_us: at(0.99), gateway_cpu_us_per_req: Math.round((cpu / SEQUENTIAL) * 1e6) });
+  }
+  agent.destroy();
+  console.log(JSON.stringify({ cli: CLI, store: STORE, sequential: SEQUENTIAL, limits: LIMITS, rounds }));
 }
 
 try {
