@@ -32,12 +32,14 @@ function perChar(speed: number): number {
 export function synth(text: string, speed = 1, voice = ''): Int16Array {
   const chars = [...text];
   const per = perChar(speed);
+  // The voice moves every pitch by 0–96.99 Hz in hundredths: two voices sound alike one time in 9,700 (whole
+  // hertz, one in 97, made a test that a cloned voice is not a preset fail about once a hundred runs).
   let shift = 0;
-  for (const c of voice) shift = (shift * 31 + c.charCodeAt(0)) % 97;
+  for (const c of voice) shift = (shift * 31 + c.charCodeAt(0)) % 9700;
   const out = new Int16Array(chars.length * per);
   chars.forEach((ch, i) => {
     if (ch.trim() === '') return;
-    const f = 180 + shift + (ch.codePointAt(0)! % 64) * 12;
+    const f = 180 + shift / 100 + (ch.codePointAt(0)! % 64) * 12;
     for (let n = 0; n < per; n++) {
       const env = Math.min(1, n / 240, (per - n) / 240);
       out[i * per + n] = Math.round(Math.sin((2 * Math.PI * f * n) / SIM_SPEECH_RATE) * 9000 * env);
