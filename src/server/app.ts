@@ -35,8 +35,6 @@ export function duringOutage(e: GatewayError, health: HealthMonitor | undefined)
   return down === 'redis' ? limitsUnavailable() : storeUnavailable();
 }
 
-/** The URL clients use: `public_url`, else the listen host (bracketed if IPv6) and the bound port. */
-
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 /** More header bytes than any client of ours sends: refused with 431 before anything else is done. */
 export const MAX_HEADER_BYTES = 16 * 1024;
