@@ -18,6 +18,7 @@ const CONNECTIONS = opt('--connections', '128');
 const SEQUENTIAL = Number(opt('--sequential', '0'));
 const CPU_PROF = opt('--cpu-prof', null); // a directory: the gateway runs with --cpu-prof into it
 const LIMITS = JSON.parse(opt('--limits', '{}')); // merged into the config's limits, e.g. '{"overlap_admission":false}'
+const NODE_ARGS = opt('--node-args', '').split(/\s+/).filter(Boolean); // extra Node/V8 options for the gateway, e.g. '--wasm-tiering-budget=100000000'
 const HEAP_PROF = opt('--heap-prof', null); // a directory: the gateway runs with --heap-prof into it (sampled allocations still live at exit: what is retained, not the allocation rate)
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
@@ -51,7 +52,7 @@ async function main() {
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
   const nodeArgs = CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', resolve(CPU_PROF)] : HEAP_PROF ? ['--heap-prof', '--heap-prof-dir', resolve(HEAP_PROF)] : [];
-  const gw = await start('gateway', process.execPath, [...nodeArgs, CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
+  const gw = await start('gateway', process.execPath, [...nodeArgs, ...NODE_ARGS, CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(gw);
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', 'prof@prof.local', '--credit', '1000000');

@@ -31,28 +31,33 @@ export interface RoutedCall extends UpstreamCall {
  * written; at most `maxAttempts` upstreams, within the first upstream's timeout.
  */
 export function routeCall(ups: Upstreams, pools: Pools, spec: RouteSpec): RoutedCall {
+  // The spec's fields as locals: the closures returned below last as long as the reply, and must not
+  // keep the request's body (through `spec.body`) once an upstream has answered.
+  const { pool, method, headers, requestId, maxAttempts } = spec;
+  const pathOf = spec.path;
+  let bodyOf: RouteSpec['body'] | undefined = spec.body;
   let current: UpstreamCall | undefined;
   let lease: Lease | undefined;
   let gone = false;
   let answered: PoolEntry | undefined;
-  const deadline = Date.now() + ups.config(spec.pool[0]!.name).timeoutMs;
+  const deadline = Date.now() + ups.config(pool[0]!.name).timeoutMs;
   const next = (l: Lease, why: string): void => {
     pools.retried(l.entry.name);
-    log('info', 'upstream attempt retried elsewhere', { request_id: spec.requestId, upstream: l.entry.name, reason: why });
+    log('info', 'upstream attempt retried elsewhere', { request_id: requestId, upstream: l.entry.name, reason: why });
     l.release();
   };
   const response = (async (): Promise<IncomingMessage> => {
     const tried = new Set<string>();
     for (let attempt = 1; ; attempt++) {
       if (gone) throw clientClosed();
-      lease = (await pools.acquire(spec.pool, tried, deadline, () => gone).catch((e: unknown) => { if (e instanceof GatewayError) undone.add(e); throw e; })) ?? undefined;
+      lease = (await pools.acquire(pool, tried, deadline, () => gone).catch((e: unknown) => { if (e instanceof GatewayError) undone.add(e); throw e; })) ?? undefined;
       if (!lease) throw new Error('a pool with no upstream to try'); // unreachable: the loop stops before every one is tried
       const l = lease;
       tried.add(l.entry.name);
-      const body = spec.body(l.entry);
-      const again = Buffer.isBuffer(body) && attempt < spec.maxAttempts && tried.size < spec.pool.length;
-      const path = typeof spec.path === 'string' ? spec.path : spec.path(l.entry);
-      const call = ups.call(l.entry.name, spec.method, path, spec.headers, body, spec.requestId, Math.max(1, deadline - Date.now()));
+      const body = bodyOf!(l.entry);
+      const again = Buffer.isBuffer(body) && attempt < maxAttempts && tried.size < pool.length;
+      const path = typeof pathOf === 'string' ? pathOf : pathOf(l.entry);
+      const call = ups.call(l.entry.name, method, path, headers, body, requestId, Math.max(1, deadline - Date.now()));
       current = call;
       let res: IncomingMessage;
       try {
@@ -75,6 +80,7 @@ export function routeCall(ups: Upstreams, pools: Pools, spec: RouteSpec): Routed
       } else if (status >= 500) l.failed();
       else l.ok();
       answered = l.entry;
+      bodyOf = undefined;
       return res;
     }
   })();

@@ -27,8 +27,9 @@ class AdaptedRequest {
 
 /** The body as http-proxy-3 sends it: it only calls `buffer.pipe(proxyReq)`. One write, no stream machinery. */
 class BodySource {
-  constructor(private readonly body: Buffer) {}
-  pipe<T extends NodeJS.WritableStream>(dest: T): T { dest.end(this.body); return dest; }
+  constructor(private body: Buffer | undefined) {}
+  /** Called once; the body is let go of here (http-proxy-3 keeps this object as long as the reply runs). */
+  pipe<T extends NodeJS.WritableStream>(dest: T): T { const b = this.body ?? Buffer.alloc(0); this.body = undefined; dest.end(b); return dest; }
 }
 
 /** A body sent as it is read (never whole in memory), of a length known in advance. */

@@ -160,7 +160,12 @@ export class Gateway implements FrontEndHost {
           ctx.rateHeaders = hold.rateHeaders;
         }
       }
-      await route.handler(ctx, { params, body: body ? await body : null, stream });
+      // This frame waits as long as the reply runs: it hands the body on and keeps no reference to it.
+      let whole = body ? await body : null;
+      body = null;
+      const handled = route.handler(ctx, { params, body: whole, stream });
+      whole = null;
+      await handled;
     } catch (e) {
       // What the client still sends of a refused body is read and dropped (not left paused mid-upload).
       if (stream && !stream.readableEnded) stream.discard();

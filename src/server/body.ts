@@ -15,17 +15,21 @@ export function readBody(ctx: Ctx, limit: number): Promise<Buffer> {
     ctx.res.onData(() => undefined);
     return Promise.reject(tooLarge(limit));
   }
-  return new Promise((resolve, reject) => {
-    const parts: Buffer[] = [];
+  return new Promise((res, rej) => {
+    // The front end keeps these handlers as long as the response runs (a stream: minutes): once the body
+    // is whole they let go of it, and of the promise that resolved with it.
+    let resolve: ((b: Buffer) => void) | undefined = res;
+    let reject: ((e: GatewayError) => void) | undefined = rej;
+    let parts: Buffer[] = [];
     let size = 0;
-    let failed = false;
-    ctx.onAbort(() => reject(clientClosed()));
+    const settle = (): void => { resolve = undefined; reject = undefined; parts = []; };
+    ctx.onAbort(() => { reject?.(clientClosed()); settle(); });
     ctx.res.onData((chunk, isLast) => {
-      if (failed) return;
+      if (!resolve) return;
       size += chunk.byteLength;
-      if (size > limit) { failed = true; reject(tooLarge(limit)); return; }
+      if (size > limit) { reject!(tooLarge(limit)); settle(); return; }
       parts.push(keepChunk(chunk));
-      if (isLast) resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size));
+      if (isLast) { const whole = parts.length === 1 ? parts[0]! : Buffer.concat(parts, size); resolve(whole); settle(); }
     });
   });
 }

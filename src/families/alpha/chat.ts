@@ -21,16 +21,19 @@ export async function chatCompletion(s: Services, ctx: ExchangeClient, body: Buf
   rejectChatParams(req);
   // `models` (OpenRouter's fallback list), or a key's opt-in: the models tried after `model`, in order; never sent upstream.
   const plan = fallbackPlan(s, ctx.key, req, body!, 'chat', ['max_completion_tokens', 'max_tokens']);
-  await tryInOrder(ctx, plan.chain, (model, fallback) => {
+  return tryInOrder(ctx, plan.chain, (model, fallback) => {
     const maxOut = req.max_completion_tokens ?? req.max_tokens ?? model.maxOutputTokens;
     return textExchange(s, ctx, {
       model, body: plan.body, parsed: plan.req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut * (req.n ?? 1), tasks: req.n ?? 1,
       bounded: (req.max_completion_tokens ?? req.max_tokens) != null, fallback,
       promptTokens: () => chatPromptTokens(req.messages),
-      outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
+      outputTokens: chatOutputTokens,
     });
   });
 }
+
+/** Output tokens counted from a chat reply that carried no usage. At module level: a closure made in the handler would keep the request alive as long as the reply. */
+const chatOutputTokens = (json: Record<string, unknown>): number => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content);
 
 export function rejectChatParams(req: Record<string, unknown>): void {
   rejectAsked(req, CHAT_REJECTED);

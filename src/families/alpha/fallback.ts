@@ -66,6 +66,8 @@ function withoutModels<T extends Record<string, unknown>>(req: T): T {
  * client is still there, and a model is left. A model after the first is told so (`note`).
  */
 export async function tryInOrder(ctx: ExchangeClient, chain: readonly ModelConfig[], run: (model: ModelConfig, note: FallbackNote | undefined) => Promise<void>): Promise<void> {
+  // One model (no fallback): the call itself, so that no frame waits on it holding the request.
+  if (chain.length === 1) return run(chain[0]!, undefined);
   for (const [i, model] of chain.entries()) {
     try {
       await run(model, i === 0 ? undefined : { from: chain[0]!.id });

@@ -68,38 +68,60 @@ export async function textExchange(s: Services, ctx: ExchangeClient, x: TextExch
   let meter: Meter;
   // Replies name the model by its Tollgate id (an alias answers with its model's id), never the upstream's name.
   const model = x.model.id;
-  if (viaStream) meter = new StreamJsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, model });
-  else if (!stream) meter = new JsonMeter({ promptTokens: x.promptTokens, outputTokens: x.outputTokens, reshape: x.reshape?.json, model });
-  else if (x.responsesUpstream) meter = new ResponsesSseMeter(x.promptTokens, model, (u) => charge.cost(u));
+  const prompt = new PromptCount(x.promptTokens);
+  if (viaStream) meter = new StreamJsonMeter({ promptTokens: prompt.get, outputTokens: x.outputTokens, model });
+  else if (!stream) meter = new JsonMeter({ promptTokens: prompt.get, outputTokens: x.outputTokens, reshape: x.reshape?.json, model });
+  else if (x.responsesUpstream) meter = new ResponsesSseMeter(prompt.get, model, (u) => charge.cost(u));
   else {
     meter = new SseMeter({ stripUsageChunk: !clientWantsUsage, stripChunkUsage: up.continuousUsage && !x.upstreamBody, runningUsage: up.continuousUsage,
-      translate: x.reshape?.stream(), promptTokens: x.promptTokens, model, cost: (u) => charge.cost(u),
+      translate: x.reshape?.stream(), promptTokens: prompt.get, model, cost: (u) => charge.cost(u),
       promptProgress: !up.promptProgress || x.upstreamBody ? undefined : x.parsed.return_progress === true ? 'keep' : 'strip' });
   }
   let call;
   try {
-    // The body per upstream of the pool: each may name the model its own way (upstream_model).
-    const bodies = new Map<string, Buffer>();
-    const bodyFor = (e: PoolEntry): Buffer => {
-      let b = bodies.get(e.upstreamModel);
-      if (!b) {
-        b = x.upstreamBody ? x.upstreamBody(e.upstreamModel) : viaStream ? asStream(x, e.upstreamModel) : rewrite(x, e.upstreamModel, stream, clientWantsUsage, up);
-        bodies.set(e.upstreamModel, b);
-      }
-      return b;
-    };
-    call = s.upstreams.route({ pool: x.model.pool, method: 'POST', path: x.upstreamPath, headers: ctx.headers, body: bodyFor, requestId: ctx.requestId });
+    call = s.upstreams.route({ pool: x.model.pool, method: 'POST', path: x.upstreamPath, headers: ctx.headers,
+      body: bodyMaker(x, viaStream, stream, clientWantsUsage, up), requestId: ctx.requestId });
   } catch (e) {
     await (opening.early ? opening.charge.then((c) => c.release(), () => undefined) : charge.release());
     throw e;
   }
+  // A large prompt is counted now, while the upstream reads it, so that no part of the reply's life
+  // keeps the request's text for the count (docs/benchmarks.md, "Memory per open stream").
+  if (x.body.length >= EAGER_PROMPT_COUNT_BYTES) prompt.get();
   if (opening.early) charge = await admitted(opening.charge, call, s.admission.overlap);
-  // From here the relay owns the charge: it settles it or, whatever happens, releases it.
-  await relay({
+  // From here the relay owns the charge: it settles it or, whatever happens, releases it. Returned,
+  // not awaited: this function's frame (and the request it holds) is let go of while the reply runs.
+  return relay({
     down: ctx, charge, call, meter, idleMs: up.timeoutMs, requestId: ctx.requestId, label: x.model.id,
     upstreamError: (res) => alpha.upstreamError(res, ctx.requestId),
     ...(x.fallback ? { headers: { [FALLBACK_HEADER]: x.fallback.from }, meta: { fallback_from: x.fallback.from } } : {}),
   });
+}
+
+/** A request body from this size up has its prompt counted as soon as its upstream call starts. */
+const EAGER_PROMPT_COUNT_BYTES = 8192;
+
+/** The prompt's token count, counted at most once; the counting closure (and what it holds) is dropped once it has counted. */
+class PromptCount {
+  private n: number | undefined;
+  constructor(private count: (() => number) | undefined) {}
+  readonly get = (): number => {
+    if (this.n === undefined) { this.n = this.count!(); this.count = undefined; }
+    return this.n;
+  };
+}
+
+/** The body per upstream of the pool, each naming the model its own way (upstream_model); made once per name. */
+function bodyMaker(x: TextExchange, viaStream: boolean, stream: boolean, clientWantsUsage: boolean, up: { continuousUsage: boolean; promptProgress: boolean }): (e: PoolEntry) => Buffer {
+  const bodies = new Map<string, Buffer>();
+  return (e) => {
+    let b = bodies.get(e.upstreamModel);
+    if (!b) {
+      b = x.upstreamBody ? x.upstreamBody(e.upstreamModel) : viaStream ? asStream(x, e.upstreamModel) : rewrite(x, e.upstreamModel, stream, clientWantsUsage, up);
+      bodies.set(e.upstreamModel, b);
+    }
+    return b;
+  };
 }
 
 /** Rewrites only when something must change: the upstream's model name, or the usage (and prompt progress) we must ask for. */
