@@ -153,11 +153,11 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
 export function mayOverlap(d: AdmissionDeps, key: KeyRecord, amount: bigint, worst?: Units): boolean {
   if (!d.localView) return false;
   const period = key.spendLimitPeriod === 'daily' ? 'day' as const : 'month' as const;
-  const b = d.cache.balanceState(key.accountId);
-  const s = d.cache.spendState(key.id, period);
-  if (b instanceof Promise || s instanceof Promise) return false;
+  // Only what memory holds: a first use is never overlapped, and nothing is loaded here.
+  const money = d.cache.cachedMoney(key.accountId, key.id, period);
+  if (!money) return false;
   const quotas = quotaAsks(usageLimits(key), worst).length;
-  return d.localView.far(key, amount, b.amount, s.amount, effectiveLimits(key, d).concurrency, quotas);
+  return d.localView.far(key, amount, money.balance, money.spent, effectiveLimits(key, d).concurrency, quotas);
 }
 
 /**

@@ -187,6 +187,17 @@ export class StateCache implements SettleListener {
     return { amount: hit.balance, version: hit.version };
   }
 
+  /**
+   * The committed balance and the key's committed spend in its period, only if both are in memory: it
+   * never starts a load (a load started and left unawaited would reject unhandled with the store down).
+   */
+  cachedMoney(accountId: string, keyId: string, period: 'day' | 'month', now = new Date()): { balance: bigint; spent: bigint } | undefined {
+    const hit = this.balances.get(accountId);
+    if (!hit || !this.spends.has(keyId)) return undefined;
+    const spent = this.spendState(keyId, period, now) as SpendState; // in memory: no promise
+    return { balance: hit.balance, spent: spent.amount };
+  }
+
   /** The key's committed spend in the current UTC day or month, with its period start and version. */
   spendState(keyId: string, period: 'day' | 'month', now = new Date()): SpendState | Promise<SpendState> {
     if (!this.spends.has(keyId)) return this.spendOf(keyId, now).then(() => this.spendState(keyId, period, now));

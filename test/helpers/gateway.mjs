@@ -243,7 +243,13 @@ export async function startGateway(t, options = {}) {
       return gw.cli(...a);
     },
     fetch(path, init = {}) {
-      return fetch(gw.url + path, init);
+      // A request the gateway never answered says why as far as this side can tell: its socket error, and
+      // whether the gateway process was still running (with the end of its log).
+      return fetch(gw.url + path, init).catch((e) => {
+        if (!(e instanceof TypeError)) throw e;
+        const state = proc.exitCode !== null || proc.signalCode !== null ? `the gateway had exited (${proc.exitCode ?? proc.signalCode})` : 'the gateway was running';
+        throw new TypeError(`${e.message} (${init.method ?? 'GET'} ${path}: ${e.cause?.code ?? e.cause?.message ?? 'no cause'}; ${state}; its log ends:\n${output.stderr.slice(-1500)})`, { cause: e.cause });
+      });
     },
     async stop() {
       if (proc.exitCode === null && proc.signalCode === null) { proc.kill('SIGTERM'); }
