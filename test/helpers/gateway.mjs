@@ -194,14 +194,39 @@ export async function startGateway(t, options = {}) {
       throw e;
     }
   }
+  /**
+   * Waits (up to 5 s) until no debit is pending. /metrics counts the debits of the instance that answers
+   * it, so with `workers` (or instances sharing a Redis prefix) it can say 0 while another still has some:
+   * with Redis, the pending debits of every instance are read there (each `{account}:pend` hash).
+   */
   async function debitsLanded() {
     const until = Date.now() + 5000;
     while (proc.exitCode === null && proc.signalCode === null && Date.now() < until) {
-      const m = await fetch(`${gw.url}/metrics`).then((r) => r.text()).catch(() => null);
-      const pending = m && /^tollgate_pending_debits (\d+)/m.exec(m);
-      if (!pending || pending[1] === '0') return;
+      const pending = redisPrefix ? await pendingInRedis() : await pendingInMetrics();
+      if (pending === 0) return;
       await new Promise((r) => setTimeout(r, 10));
     }
+  }
+  async function pendingInMetrics() {
+    const m = await fetch(`${gw.url}/metrics`).then((r) => r.text()).catch(() => null);
+    const pending = m && /^tollgate_pending_debits (\d+)/m.exec(m);
+    return pending ? Number(pending[1]) : 0;
+  }
+  let pendRedis = null;
+  async function pendingInRedis() {
+    if (!pendRedis) {
+      const { Redis } = await import('../../node_modules/ioredis/built/index.js');
+      pendRedis = new Redis(options.redisUrl ?? REDIS_URL);
+      cleanups.push(() => pendRedis.quit());
+    }
+    let cursor = '0';
+    let n = 0;
+    do {
+      const [next, keys] = await pendRedis.scan(cursor, 'MATCH', `${redisPrefix}*:pend`, 'COUNT', 500);
+      cursor = next;
+      for (const k of keys) n += await pendRedis.hlen(k);
+    } while (cursor !== '0');
+    return n;
   }
   const gw = {
     proc, dir, output, db, exited, configPath, redisPrefix,
