@@ -16,6 +16,10 @@ const PORTKEY = join(ROOT, 'bench/.portkey/node_modules/@portkey-ai/gateway/buil
 const CLI = join(ROOT, 'dist/cli.js');
 /** `--cli PATH`: the Tollgate contenders run another build's `dist/cli.js` (an A/B against main's build); `sim` and the floors stay on this one. */
 const GATEWAY_CLI = args.includes('--cli') ? resolve(args[args.indexOf('--cli') + 1]) : CLI;
+/** `--node-args "FLAGS"`: Node/V8 flags for the Tollgate contenders only (measuring a flag's effect). */
+const NODE_ARGS = args.includes('--node-args') ? args[args.indexOf('--node-args') + 1].split(/\s+/).filter(Boolean) : [];
+/** `--scenarios a,b`: run only these of seq, rates, max, streams, key (after the warm-up); all by default. */
+const SCENARIOS = args.includes('--scenarios') ? args[args.indexOf('--scenarios') + 1].split(',') : ['seq', 'rates', 'max', 'streams', 'key'];
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const PLAN = QUICK
@@ -68,7 +72,7 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1, frontend = 
   }
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
-  const p = await start(name, process.execPath, [GATEWAY_CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
+  const p = await start(name, process.execPath, [...NODE_ARGS, GATEWAY_CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(p);
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [GATEWAY_CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', `bench@${name}.local`, '--credit', '1000000');
@@ -257,16 +261,16 @@ async function main() {
   // warm-up so JIT and pools are in their steady state
   await each((c) => measure(c, 'warmup', { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, extra: ['-c', '50', ...amount(c, 3000, 5)] }));
   // One request at a time, no other load: what the gateway adds when the machine is not busy.
-  await each((c) => measure(c, 'sequential, no load', { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
+  if (SCENARIOS.includes('seq')) await each((c) => measure(c, 'sequential, no load', { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat,
     probeBody: CHAT, probeOnlySecs: PLAN.seqSecs }));
-  for (const rate of PLAN.rates) {
+  for (const rate of SCENARIOS.includes('rates') ? PLAN.rates : []) {
     await each((c) => measure(c, `chat @${rate} qps`, { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
       extra: ['-c', '100', '-R', String(rate), ...amount(c, rate * PLAN.rateSecs, PLAN.rateSecs)] }));
   }
   // A fixed amount rather than a duration, so no request is cut off at the end and every one billed is
   // counted: the ledger check stays exact. An unmeasured run at full speed (PLAN.sizingSecs) sizes it to last about
   // PLAN.maxSecs (and warm the contender up at this concurrency).
-  await each(async (c) => {
+  if (SCENARIOS.includes('max')) await each(async (c) => {
     const url = `${c.url}/v1/chat/completions`;
     const sizing = c.kind === 'litellm' || c.kind === 'portkey' ? null : await autocannon([...acArgs(c, CHAT), '-c', '128', '-d', String(PLAN.sizingSecs), url]);
     await new Promise((r) => setTimeout(r, 500)); // the sizing run's last requests settle before the ledger is read
@@ -274,7 +278,7 @@ async function main() {
       extra: ['-c', '128', ...amount(c, Math.max(2000, Math.round((sizing ? achievedQps(sizing) : 0) * PLAN.maxSecs)), PLAN.maxSecs)] });
   });
   const chatOnly = (c) => c.name === 'tollgate-pg-redis-2w' || c.name === 'floor-http';
-  for (let round = 0; round < PLAN.streamRounds; round++) {
+  for (let round = 0; round < (SCENARIOS.includes('streams') ? PLAN.streamRounds : 0); round++) {
     await each((c) => {
       if (chatOnly(c)) return null;
       // LiteLLM held none of the streams in any round of earlier runs (bench/results): one round says so.
@@ -286,7 +290,7 @@ async function main() {
         pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), ...amount(c, PLAN.streams * 2, 30), '-t', '60'] });
     });
   }
-  const keyContenders = active.filter((c) => c.kind === 'tollgate' && !chatOnly(c));
+  const keyContenders = active.filter((c) => c.kind === 'tollgate' && !chatOnly(c) && SCENARIOS.includes('key'));
   for (const c of keyContenders) {
     const ac = await autocannon([...Object.entries(c.auth).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-c', '64', '-d', String(PLAN.keySecs), `${c.url}/svc/v1/key`]);
     results.push({ contender: c.name, scenario: 'GET /svc/v1/key max qps', qps: achievedQps(ac), latency_ms: { p50: ac.latency.p50, p99: ac.latency.p99 }, non2xx: ac.non2xx });
