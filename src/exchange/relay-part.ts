@@ -69,11 +69,28 @@ export async function relayPart(r: PartRelay): Promise<PartOutcome> {
     } else {
       meter.onResponse(res.headers);
       res.setTimeout(r.idleMs, () => res.destroy(new Error(`no data for ${r.idleMs} ms`)));
-      for await (const chunk of res) {
-        const out = meter.onData(chunk as Buffer);
-        if (meter.produced && (out.length > 0 || !r.recordEach)) await part.record(usage(), each);
-        if (out.length > 0 && !cancelled()) await r.send(out, false);
-        if (cancelled()) { call.abort(); break; }
+      // Read as `for await` reads, with the chunk let go once metered and sent (relay-http.ts says why).
+      const reads = (res as AsyncIterable<Buffer>)[Symbol.asyncIterator]();
+      try {
+        let step: IteratorResult<Buffer> | null = null;
+        let chunk: Buffer | null = null;
+        let out: Buffer | string = '';
+        for (;;) {
+          step = null;
+          chunk = null;
+          out = '';
+          step = await reads.next();
+          if (step.done) break;
+          chunk = step.value;
+          step = null;
+          out = meter.onData(chunk);
+          chunk = null;
+          if (meter.produced && (out.length > 0 || !r.recordEach)) await part.record(usage(), each);
+          if (out.length > 0 && !cancelled()) { const sent = r.send(out, false); out = ''; await sent; }
+          if (cancelled()) { call.abort(); break; }
+        }
+      } finally {
+        await reads.return?.();
       }
       whole = res.complete && !cancelled();
       if (!whole && !cancelled()) failure = brokeOff();
