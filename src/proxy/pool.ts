@@ -80,6 +80,37 @@ export interface Lease {
 }
 
 
+/**
+ * A lease as a class, not an object of closures: one lives as long as each reply (an open stream's
+ * included), and the literal cost four closures and their context per request (issue 29).
+ */
+class PoolLease implements Lease {
+  private released = false;
+
+  constructor(private readonly pools: Pools, private readonly s: UpstreamState, readonly entry: PoolEntry,
+    private readonly trial: boolean, private readonly sharedId: string | undefined) {}
+
+  ok(): void { this.pools.ok(this.entry.name); }
+
+  failed(): void { this.pools.failed(this.entry.name); }
+
+  pause(ms: number): void {
+    this.s.pausedUntil = Math.max(this.s.pausedUntil, this.pools.now() + ms);
+    this.pools.shared?.pause(this.entry.name, ms);
+  }
+
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    const s = this.s;
+    s.inFlight--;
+    this.pools.shared?.release(this.entry.name, this.sharedId);
+    // A trial that ended with no verdict (the client left) lets the next request try.
+    if (this.trial && s.ejectedUntil !== 0) s.trial = false;
+    s.waiters.shift()?.wake();
+  }
+}
+
 export class Pools {
   private readonly states = new Map<string, UpstreamState>();
 
@@ -87,7 +118,7 @@ export class Pools {
    * With `shared` (Redis), an upstream's max_concurrency and rpm hold across every instance: this
    * process's own state still picks and bounds, and an upstream with a limit is then asked of Redis.
    */
-  constructor(configs: ReadonlyMap<string, UpstreamConfig>, private readonly now: () => number = Date.now, readonly shared?: SharedLimits) {
+  constructor(configs: ReadonlyMap<string, UpstreamConfig>, readonly now: () => number = Date.now, readonly shared?: SharedLimits) {
     for (const [name, cfg] of configs) this.states.set(name, new UpstreamState(cfg));
     shared?.onPause((name, ms) => { const s = this.states.get(name); if (s) s.pausedUntil = Math.max(s.pausedUntil, this.now() + ms); });
   }
@@ -196,23 +227,7 @@ export class Pools {
   /** `sharedId`: the slot the shared limits gave (released with it). */
   private lease(entry: PoolEntry, now: number, sharedId?: string): Lease {
     const s = this.state(entry.name);
-    const trial = s.start(now);
-    let released = false;
-    return {
-      entry,
-      ok: () => this.ok(entry.name),
-      failed: () => this.failed(entry.name),
-      pause: (ms) => { s.pausedUntil = Math.max(s.pausedUntil, this.now() + ms); this.shared?.pause(entry.name, ms); },
-      release: () => {
-        if (released) return;
-        released = true;
-        s.inFlight--;
-        this.shared?.release(entry.name, sharedId);
-        // A trial that ended with no verdict (the client left) lets the next request try.
-        if (trial && s.ejectedUntil !== 0) s.trial = false;
-        s.waiters.shift()?.wake();
-      },
-    };
+    return new PoolLease(this, s, entry, s.start(now), sharedId);
   }
 
   /** An answer: failures are forgotten, and an ejected upstream (its trial, or the last resort of a pool) is back. */

@@ -31,39 +31,61 @@ export interface RoutedCall extends UpstreamCall {
  * written; at most `maxAttempts` upstreams, within the first upstream's timeout.
  */
 export function routeCall(ups: Upstreams, pools: Pools, spec: RouteSpec): RoutedCall {
-  // The spec's fields as locals: the closures returned below last as long as the reply, and must not
-  // keep the request's body (through `spec.body`) once an upstream has answered.
-  const { pool, method, headers, requestId, maxAttempts } = spec;
-  const pathOf = spec.path;
-  let bodyOf: RouteSpec['body'] | undefined = spec.body;
-  let current: UpstreamCall | undefined;
-  let lease: Lease | undefined;
-  let gone = false;
-  let answered: PoolEntry | undefined;
-  const deadline = Date.now() + ups.config(pool[0]!.name).timeoutMs;
-  const next = (l: Lease, why: string): void => {
-    pools.retried(l.entry.name);
-    log('info', 'upstream attempt retried elsewhere', { request_id: requestId, upstream: l.entry.name, reason: why });
-    l.release();
-  };
-  const response = (async (): Promise<IncomingMessage> => {
+  return new PoolCall(ups, pools, spec);
+}
+
+/**
+ * A class, not an object of closures: one lives as long as each reply (an open stream's included), and
+ * the literal, with its getters, was a dictionary-mode object besides its closures (issue 29).
+ */
+class PoolCall implements RoutedCall {
+  readonly response: Promise<IncomingMessage>;
+  private current: UpstreamCall | undefined;
+  private lease: Lease | undefined;
+  private gone = false;
+  private answered: PoolEntry | undefined;
+
+  constructor(ups: Upstreams, pools: Pools, spec: RouteSpec) {
+    this.response = this.attempts(ups, pools, spec);
+    this.response.catch(() => undefined);
+  }
+
+  get entry(): PoolEntry | undefined { return this.answered; }
+  get written(): boolean { return this.current?.written ?? false; }
+  abort(): void { this.gone = true; this.current?.abort(); }
+  finish(): void { this.lease?.release(); }
+
+  /**
+   * The attempts, one upstream after another. The request's body (through `spec.body`) is kept by this
+   * frame alone, which ends once an upstream answers: the reply does not keep it.
+   */
+  private async attempts(ups: Upstreams, pools: Pools, spec: RouteSpec): Promise<IncomingMessage> {
+    const { pool, method, headers, requestId, maxAttempts } = spec;
+    const pathOf = spec.path;
+    const bodyOf = spec.body;
+    const deadline = Date.now() + ups.config(pool[0]!.name).timeoutMs;
+    const next = (l: Lease, why: string): void => {
+      pools.retried(l.entry.name);
+      log('info', 'upstream attempt retried elsewhere', { request_id: requestId, upstream: l.entry.name, reason: why });
+      l.release();
+    };
     const tried = new Set<string>();
     for (let attempt = 1; ; attempt++) {
-      if (gone) throw clientClosed();
-      lease = (await pools.acquire(pool, tried, deadline, () => gone).catch((e: unknown) => { if (e instanceof GatewayError) undone.add(e); throw e; })) ?? undefined;
-      if (!lease) throw new Error('a pool with no upstream to try'); // unreachable: the loop stops before every one is tried
-      const l = lease;
+      if (this.gone) throw clientClosed();
+      this.lease = (await pools.acquire(pool, tried, deadline, () => this.gone).catch((e: unknown) => { if (e instanceof GatewayError) undone.add(e); throw e; })) ?? undefined;
+      if (!this.lease) throw new Error('a pool with no upstream to try'); // unreachable: the loop stops before every one is tried
+      const l = this.lease;
       tried.add(l.entry.name);
-      const body = bodyOf!(l.entry);
+      const body = bodyOf(l.entry);
       const again = Buffer.isBuffer(body) && attempt < maxAttempts && tried.size < pool.length;
       const path = typeof pathOf === 'string' ? pathOf : pathOf(l.entry);
       const call = ups.call(l.entry.name, method, path, headers, body, requestId, Math.max(1, deadline - Date.now()));
-      current = call;
+      this.current = call;
       let res: IncomingMessage;
       try {
         res = await call.response;
       } catch (e) {
-        if (gone || (e as GatewayError).code === 'client_closed') { l.release(); throw e; }
+        if (this.gone || (e as GatewayError).code === 'client_closed') { l.release(); throw e; }
         l.failed();
         const unsent = e instanceof GatewayError && e.code === 'upstream_unavailable' && !call.written;
         if (again && unsent && Date.now() < deadline) { next(l, `connect failed: ${e.message}`); continue; }
@@ -79,19 +101,10 @@ export function routeCall(ups: Upstreams, pools: Pools, spec: RouteSpec): Routed
         if (again && Date.now() < deadline) { res.resume(); next(l, `status ${status}`); continue; }
       } else if (status >= 500) l.failed();
       else l.ok();
-      answered = l.entry;
-      bodyOf = undefined;
+      this.answered = l.entry;
       return res;
     }
-  })();
-  response.catch(() => undefined);
-  return {
-    response,
-    get entry() { return answered; },
-    get written() { return current?.written ?? false; },
-    abort: () => { gone = true; current?.abort(); },
-    finish: () => { lease?.release(); },
-  };
+  }
 }
 
 /** Errors of attempts no upstream can have worked on (busy, not connected, 429/503): a request that opted in may fall back to another model. */
