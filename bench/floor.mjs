@@ -43,7 +43,7 @@ async function forward(ctx, body) {
   const stream = body.includes(STREAM_MODEL);
   const args = [stream ? 'stream' : 'chat', ctx.method, ctx.url, ctx.headers, stream ? renamed(body) : body, ctx.requestId];
   const call = PLAIN ? plainCall(...args) : upstreams.call(...args);
-  ctx.onAbort(call.abort);
+  ctx.onAbort(() => call.abort());
   const res = await call.response;
   const type = res.headers['content-type'] ?? 'application/json';
   if (!type.startsWith('text/event-stream')) { ctx.send(res.statusCode, await collect(res), {}, type); return; }
