@@ -132,8 +132,13 @@ export async function requireFunds(d: AdmissionDeps, key: KeyRecord): Promise<vo
   }
 }
 
+/** The spend period a key's ceiling counts over. */
+function ceilingPeriod(key: KeyRecord): 'day' | 'month' {
+  return key.spendLimitPeriod === 'daily' ? 'day' : 'month';
+}
+
 async function moneyState(d: AdmissionDeps, key: KeyRecord) {
-  const period = key.spendLimitPeriod === 'daily' ? 'day' as const : 'month' as const;
+  const period = ceilingPeriod(key);
   // Both come from memory once the key and account were seen: awaited only on a first use.
   const b = d.cache.balanceState(key.accountId);
   const s = d.cache.spendState(key.id, period);
@@ -152,7 +157,7 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
  */
 export function mayOverlap(d: AdmissionDeps, key: KeyRecord, amount: bigint, worst?: Units): boolean {
   if (!d.localView) return false;
-  const period = key.spendLimitPeriod === 'daily' ? 'day' as const : 'month' as const;
+  const period = ceilingPeriod(key);
   // Only what memory holds: a first use is never overlapped, and nothing is loaded here.
   const money = d.cache.cachedMoney(key.accountId, key.id, period);
   if (!money) return false;
