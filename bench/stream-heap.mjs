@@ -1,7 +1,7 @@
 // What one open stream keeps alive: N slow chat streams held open through one contender, its RSS and,
 // from a heap snapshot taken before and one while they are open (each after a full GC), the live JS heap
 // per stream and the object kinds that make it up.
-//   node bench/stream-heap.mjs [--contender pg|embedded|floor] [--streams 3000] [--prompt-bytes 0] [--cli PATH] [--top 12]
+//   node bench/stream-heap.mjs [--contender pg|embedded|floor] [--streams 3000] [--prompt-bytes 0] [--route chat|completions|responses] [--cli PATH] [--top 12]
 // --prompt-bytes B sends a user message of about B bytes instead of a short one (what a long prompt costs
 // each stream as long as it runs). Results and readings: docs/benchmarks.md, "Memory per open stream".
 import { execFileSync } from 'node:child_process';
@@ -24,7 +24,12 @@ const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 mkdirSync(work, { recursive: true });
 
 const content = PROMPT > 0 ? 'word '.repeat(Math.ceil(PROMPT / 5)) : 'Tell me a story.';
-const BODY = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content }], max_tokens: 100, stream: true });
+// --route completions | responses: the same streams through another text route (chat by default).
+const ROUTE = opt('--route', 'chat');
+const PATH = { chat: '/v1/chat/completions', completions: '/v1/completions', responses: '/v1/responses' }[ROUTE];
+const BODY = JSON.stringify(ROUTE === 'completions' ? { model: 'sim-chat', prompt: content, max_tokens: 100, stream: true }
+  : ROUTE === 'responses' ? { model: 'sim-chat', input: content, max_output_tokens: 100, stream: true }
+    : { model: 'sim-chat', messages: [{ role: 'user', content }], max_tokens: 100, stream: true });
 const procs = [];
 let db;
 
@@ -95,7 +100,7 @@ async function main() {
   const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
   const open = (delay) => new Promise((res) => {
     const headers = { 'content-type': 'application/json', authorization: `Bearer ${c.key}`, ...(delay === undefined ? {} : { 'x-sim-token-delay-ms': String(delay) }) };
-    const r = http.request({ host: u.hostname, port: u.port, path: '/v1/chat/completions', method: 'POST', agent, headers }, (s) => {
+    const r = http.request({ host: u.hostname, port: u.port, path: PATH, method: 'POST', agent, headers }, (s) => {
       s.once('data', () => res(r));
       s.resume();
     });
@@ -114,7 +119,7 @@ async function main() {
   const per = (a, b) => Math.round((b - a) / N);
   const rows = [...during.kinds].map(([k, [s, n]]) => { const [s0, n0] = before.kinds.get(k) ?? [0, 0]; return { kind: k, bytes_per_stream: per(s0, s), count_per_stream: +((n - n0) / N).toFixed(2) }; })
     .sort((a, b) => b.bytes_per_stream - a.bytes_per_stream).slice(0, TOP);
-  console.log(JSON.stringify({ contender: CONTENDER, cli: CONTENDER === 'floor' ? undefined : CLI, streams: N, prompt_bytes: BODY.length,
+  console.log(JSON.stringify({ contender: CONTENDER, route: ROUTE, cli: CONTENDER === 'floor' ? undefined : CLI, streams: N, prompt_bytes: BODY.length,
     rss_mb: { idle: +idleRss.toFixed(1), open: +openRss.toFixed(1) }, rss_kb_per_stream: +(((openRss - idleRss) * 1024) / N).toFixed(1),
     live_heap_mb: { idle: +(before.total / 1e6).toFixed(1), open: +(during.total / 1e6).toFixed(1) }, live_heap_bytes_per_stream: per(before.total, during.total), top: rows }, null, 1));
 }
