@@ -33,7 +33,7 @@ export async function chatCompletion(s: Services, ctx: ExchangeClient, body: Buf
 }
 
 /** Output tokens counted from a chat reply that carried no usage. At module level: a closure made in the handler would keep the request alive as long as the reply. */
-const chatOutputTokens = (json: Record<string, unknown>): number => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content);
+export const chatOutputTokens = (json: Record<string, unknown>): number => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content);
 
 export function rejectChatParams(req: Record<string, unknown>): void {
   rejectAsked(req, CHAT_REJECTED);

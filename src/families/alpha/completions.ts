@@ -25,24 +25,28 @@ export async function completion(s: Services, ctx: ExchangeClient, body: Buffer 
   const req = parseJson(checkCompletion, body, ctx.headers['content-type']);
   const plan = fallbackPlan(s, ctx.key, req, body!, 'chat', ['max_tokens']);
   const prompts = Array.isArray(req.prompt) && (typeof req.prompt[0] === 'string' || Array.isArray(req.prompt[0])) ? req.prompt.length : 1;
-  await tryInOrder(ctx, plan.chain, (model, fallback) => {
+  return tryInOrder(ctx, plan.chain, (model, fallback) => {
     const perChoice = Math.min(req.max_tokens ?? 16, model.maxOutputTokens);
     return textExchange(s, ctx, {
       model, body: plan.body, parsed: plan.req, upstreamPath: '/v1/completions',
       maxOutputTokens: perChoice * Math.max(req.n ?? 1, req.best_of ?? 1) * prompts, tasks: (req.n ?? 1) * prompts,
       bounded: req.max_tokens != null, fallback,
       promptTokens: () => promptTokens(req.prompt),
-      outputTokens: (json) => choicesTokens(json, (c) => c.text),
+      outputTokens: completionOutputTokens,
     });
   });
 }
+
+/** Output tokens counted from a completion that carried no usage. At module level: a closure made in the handler would keep the request alive as long as the reply. */
+const completionOutputTokens = (json: Record<string, unknown>): number => choicesTokens(json, (c) => c.text);
+const noOutputTokens = (): number => 0;
 
 /** One embeddings request, from a live request or a batch line. */
 export async function embedding(s: Services, ctx: ExchangeClient, body: Buffer | null): Promise<void> {
   const req = parseJson(checkEmbedding, body, ctx.headers['content-type']);
   const model = s.models.resolve(req.model, 'embedding');
-  await textExchange(s, ctx, {
+  return textExchange(s, ctx, {
     model, body: body!, parsed: req, upstreamPath: '/v1/embeddings', maxOutputTokens: 0,
-    promptTokens: () => promptTokens(req.input), outputTokens: () => 0,
+    promptTokens: () => promptTokens(req.input), outputTokens: noOutputTokens,
   });
 }

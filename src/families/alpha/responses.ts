@@ -5,9 +5,10 @@ import { Type } from '@sinclair/typebox';
 import { checkMetadata, compile, parseJson, rejectAsked } from '../validate.js';
 import { textExchange, type ExchangeClient } from './metered.js';
 import { fallbackPlan, tryInOrder } from './fallback.js';
-import { chatPromptTokens, choicesTokens, countTokens } from '../../meter/tokens.js';
+import { chatPromptTokens, countTokens } from '../../meter/tokens.js';
 import { toChat, fromChat, newId, RESPONSES_REJECTED } from './responses-map.js';
 import { ResponsesStream } from './responses-stream.js';
+import { chatOutputTokens } from './chat.js';
 
 const ResponsesRequest = Type.Object({
   model: Type.String({ minLength: 1 }),
@@ -34,7 +35,7 @@ export async function response(s: Services, ctx: ExchangeClient, body: Buffer | 
   const plan = fallbackPlan(s, ctx.key, parsed, body!, 'chat', ['max_output_tokens']);
   const req = plan.req;
   // Each model of the chain is served its own way: passed through to a Responses host, or translated to chat.
-  await tryInOrder(ctx, plan.chain, (model, fallback) => {
+  return tryInOrder(ctx, plan.chain, (model, fallback) => {
     const maxOut = req.max_output_tokens ?? model.maxOutputTokens;
     if (s.upstreams.config(model.upstream).responsesApi) {
       // The host serves the Responses API itself: pass through (renaming the model only), metered
@@ -43,20 +44,25 @@ export async function response(s: Services, ctx: ExchangeClient, body: Buffer | 
         model, body: plan.body, parsed: req, upstreamPath: '/v1/responses', maxOutputTokens: maxOut, responsesUpstream: true,
         bounded: req.max_output_tokens != null, fallback,
         promptTokens: () => countTokens(JSON.stringify(req.input ?? '') + String(req.instructions ?? '')),
-        outputTokens: (json) => countTokens(responsesText(json)),
+        outputTokens: responsesOutputTokens,
       });
     }
     const chat = toChat(req, model.upstreamModel);
-    const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req, model: model.id };
+    // The shell lasts as long as the reply and echoes the request's settings, never its input: it does not keep the prompt.
+    const { input: _input, ...settings } = req;
+    const shell = { id: newId('resp'), createdAt: Math.floor(Date.now() / 1000), req: settings, model: model.id };
     return textExchange(s, ctx, {
       model, body: plan.body, parsed: req, upstreamPath: '/v1/chat/completions', maxOutputTokens: maxOut, bounded: req.max_output_tokens != null,
       upstreamBody: (upstreamModel) => Buffer.from(JSON.stringify({ ...chat, model: upstreamModel })), fallback,
       promptTokens: () => chatPromptTokens(chat.messages as Record<string, unknown>[]),
-      outputTokens: (json) => choicesTokens(json, (c) => (c.message as { content?: unknown } | undefined)?.content),
+      outputTokens: chatOutputTokens,
       reshape: { json: (json) => JSON.stringify(fromChat(shell, json)), stream: () => new ResponsesStream(shell) },
     });
   });
 }
+
+/** Output tokens counted from a Response that carried no usage. At module level: a closure made in the handler would keep the request alive as long as the reply. */
+const responsesOutputTokens = (json: Record<string, unknown>): number => countTokens(responsesText(json));
 
 /** The text a buffered Response produced (messages and function-call arguments): counted when it reports no usage. */
 function responsesText(json: Record<string, unknown>): string {
