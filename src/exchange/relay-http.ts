@@ -201,9 +201,6 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
       let chunk: Buffer | null = null;
       let out: Buffer | string = '';
       for (;;) {
-        step = null;
-        chunk = null;
-        out = '';
         step = await reads.next();
         if (step.done) break;
         chunk = step.value;
@@ -221,7 +218,9 @@ async function streamed(r: Relay, res: ReplyBody, started: bigint, contentType: 
           const written = charge.progress(meter.usage());
           if (first) await written;
         }
-        if (out.length > 0) { const wait = down.write(out); out = ''; if (wait) await wait; }
+        const wait = out.length > 0 ? down.write(out) : undefined;
+        out = '';
+        if (wait) await wait;
         if (down.aborted) break;
       }
     } finally {

@@ -76,9 +76,6 @@ export async function relayPart(r: PartRelay): Promise<PartOutcome> {
         let chunk: Buffer | null = null;
         let out: Buffer | string = '';
         for (;;) {
-          step = null;
-          chunk = null;
-          out = '';
           step = await reads.next();
           if (step.done) break;
           chunk = step.value;
@@ -86,7 +83,9 @@ export async function relayPart(r: PartRelay): Promise<PartOutcome> {
           out = meter.onData(chunk);
           chunk = null;
           if (meter.produced && (out.length > 0 || !r.recordEach)) await part.record(usage(), each);
-          if (out.length > 0 && !cancelled()) { const sent = r.send(out, false); out = ''; await sent; }
+          const sent = out.length > 0 && !cancelled() ? r.send(out, false) : undefined;
+          out = '';
+          if (sent) await sent;
           if (cancelled()) { call.abort(); break; }
         }
       } finally {

@@ -60,9 +60,7 @@ class PoolCall implements RoutedCall {
    * frame alone, which ends once an upstream answers: the reply does not keep it.
    */
   private async attempts(ups: Upstreams, pools: Pools, spec: RouteSpec): Promise<IncomingMessage> {
-    const { pool, method, headers, requestId, maxAttempts } = spec;
-    const pathOf = spec.path;
-    const bodyOf = spec.body;
+    const { pool, requestId } = spec;
     const deadline = Date.now() + ups.config(pool[0]!.name).timeoutMs;
     const next = (l: Lease, why: string): void => {
       pools.retried(l.entry.name);
@@ -76,10 +74,10 @@ class PoolCall implements RoutedCall {
       if (!this.lease) throw new Error('a pool with no upstream to try'); // unreachable: the loop stops before every one is tried
       const l = this.lease;
       tried.add(l.entry.name);
-      const body = bodyOf(l.entry);
-      const again = Buffer.isBuffer(body) && attempt < maxAttempts && tried.size < pool.length;
-      const path = typeof pathOf === 'string' ? pathOf : pathOf(l.entry);
-      const call = ups.call(l.entry.name, method, path, headers, body, requestId, Math.max(1, deadline - Date.now()));
+      const body = spec.body(l.entry);
+      const again = Buffer.isBuffer(body) && attempt < spec.maxAttempts && tried.size < pool.length;
+      const path = typeof spec.path === 'string' ? spec.path : spec.path(l.entry);
+      const call = ups.call(l.entry.name, spec.method, path, spec.headers, body, requestId, Math.max(1, deadline - Date.now()));
       this.current = call;
       let res: IncomingMessage;
       try {
