@@ -66,7 +66,9 @@ test('one of two upstreams killed -9 under load: no client error after the detec
   const m = await metrics(gw);
   assert.equal(metric(m, 'tollgate_upstream_healthy', 'a'), 0, 'the killed upstream is ejected');
   assert.equal(metric(m, 'tollgate_upstream_healthy', 'b'), 1);
-  // Every 200 billed once at the price of the usage it reported; nothing else billed.
+  // Every 200 billed once at the price of the usage it reported; nothing else billed. The ledger commit
+  // follows the response: it is read once the debits the clients were answered for have landed.
+  await gw.debitsLanded();
   const c = new pg.Client({ connectionString: gw.db.url });
   await c.connect();
   try {

@@ -230,6 +230,8 @@ export async function startGateway(t, options = {}) {
   }
   const gw = {
     proc, dir, output, db, exited, configPath, redisPrefix,
+    /** Resolves once no debit is pending (or after 5 s): the ledger read then holds every debit a client was answered for. */
+    debitsLanded,
     // With a public_url the printed base is that URL; tests reach the listener itself.
     url: options.publicUrl ? `http://127.0.0.1:${listening.port}` : listening.base_url,
     /**
