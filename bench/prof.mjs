@@ -1,7 +1,8 @@
 // The profile harness: one gateway (embedded or PostgreSQL + Redis) before `sim` at 0 ms, a fixed number of chat requests at max rate; gateway CPU µs per request from /proc, optionally a --cpu-prof.
 // --sequential N: instead, N requests one at a time over one keep-alive socket (after 300 to warm up), each round
 // reporting the client's p50/p90/p99 and the gateway's CPU per request (what one request at a time costs it).
-import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, mkdirSync, rmSync, readFileSync, readdirSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -19,6 +20,7 @@ const SEQUENTIAL = Number(opt('--sequential', '0'));
 const CPU_PROF = opt('--cpu-prof', null); // a directory: the gateway runs with --cpu-prof into it
 const LIMITS = JSON.parse(opt('--limits', '{}')); // merged into the config's limits, e.g. '{"overlap_admission":false}'
 const NODE_ARGS = opt('--node-args', '').split(/\s+/).filter(Boolean); // extra Node/V8 options for the gateway, e.g. '--wasm-tiering-budget=100000000'
+const TAIL = opt('--tail', null); // with --sequential: a file for every request's timing beside the gateway's GCs, queries, Redis commands and upstream calls (bench/tail-hooks.cjs), and what the slowest 1% overlapped
 const HEAP_PROF = opt('--heap-prof', null); // a directory: the gateway runs with --heap-prof into it (sampled allocations still live at exit: what is retained, not the allocation rate)
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
@@ -52,6 +54,7 @@ async function main() {
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
   const nodeArgs = CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', resolve(CPU_PROF)] : HEAP_PROF ? ['--heap-prof', '--heap-prof-dir', resolve(HEAP_PROF)] : [];
+  if (TAIL) { nodeArgs.push('--require', join(ROOT, 'bench/tail-hooks.cjs')); env.TAIL_OUT = join(work, 'tail-events.json'); env.TAIL_ALLOC = `${TAIL}.heapprofile`; }
   const gw = await start('gateway', process.execPath, [...nodeArgs, ...NODE_ARGS, CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(gw);
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
@@ -59,7 +62,17 @@ async function main() {
   const key = cli('key', 'create', '--account', acct.account_id, '--rpm', '1000000000', '--concurrency', '1000000').key;
   const url = `${gw.match[1]}/v1/chat/completions`;
   const ac = (n) => autocannon(['-m', 'POST', '-H', 'content-type=application/json', '-H', `authorization=Bearer ${key}`, '-b', CHAT, '-c', CONNECTIONS, '-a', String(n), url]);
-  if (SEQUENTIAL > 0) return sequential(url, key, gw.pid);
+  if (SEQUENTIAL > 0) {
+    const reqs = await sequential(url, key, gw.pid);
+    if (TAIL) {
+      await stop(gw);
+      writeFileSync(`${TAIL}.log`, gw.log()); // the gateway's output: with --node-args '--trace-gc-nvp', each GC's phases
+      const events = JSON.parse(readFileSync(env.TAIL_OUT, 'utf8'));
+      writeFileSync(TAIL, JSON.stringify({ requests: reqs, events }));
+      console.log(JSON.stringify(tailReport(reqs, events), null, 1));
+    }
+    return;
+  }
   await ac(Math.min(REQUESTS, 5000)); // warm up
   const rounds = [];
   for (let i = 0; i < ROUNDS; i++) {
@@ -90,21 +103,79 @@ async function sequential(url, key, pid) {
   });
   for (let i = 0; i < 300; i++) await post();
   const rounds = [];
+  const all = []; // [wall-clock start ms, end ms] of every measured request
+  // /proc/<pid>/schedstat, summed over the process's threads: ns on a CPU, ns runnable but waiting for one
+  const sched = () => { let run = 0, wait = 0; for (const t of readdirSync(`/proc/${pid}/task`)) { try { const [a, b] = readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' '); run += Number(a); wait += Number(b); } catch { /* thread gone */ } } return { run, wait }; };
+  // CPU seconds by thread name (the main thread is "node"; V8's workers, libuv's pool, uWS's own)
+  const threads = () => { const m = {}; for (const t of readdirSync(`/proc/${pid}/task`)) { try { const st = readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8'); const name = st.slice(st.indexOf('(') + 1, st.lastIndexOf(')')); const f = st.slice(st.lastIndexOf(')') + 2).split(' '); m[name] = (m[name] ?? 0) + Number(f[11]) + Number(f[12]); } catch { /* gone */ } } return m; };
+  const steal = () => Number(readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/)[8]);
   for (let round = 0; round < ROUNDS; round++) {
     const before = usage(pid).cpu;
+    const s0 = sched(), st0 = steal(), th0 = threads();
     const ts = [];
     for (let i = 0; i < SEQUENTIAL; i++) {
+      const w0 = performance.timeOrigin + performance.now();
       const t0 = process.hrtime.bigint();
       await post();
       ts.push(Number(process.hrtime.bigint() - t0) / 1000);
+      all.push([w0, performance.timeOrigin + performance.now()]);
     }
     const cpu = usage(pid).cpu - before;
     ts.sort((a, b) => a - b);
     const at = (q) => Math.round(ts[Math.min(ts.length - 1, Math.floor(q * ts.length))]);
-    rounds.push({ p50_us: at(0.5), p90_us: at(0.9), p99_us: at(0.99), gateway_cpu_us_per_req: Math.round((cpu / SEQUENTIAL) * 1e6) });
+    const s1 = sched();
+    rounds.push({ p50_us: at(0.5), p90_us: at(0.9), p99_us: at(0.99), gateway_cpu_us_per_req: Math.round((cpu / SEQUENTIAL) * 1e6),
+      gateway_runqueue_wait_us_per_req: Math.round((s1.wait - s0.wait) / SEQUENTIAL / 1000), steal_ticks: steal() - st0,
+      gateway_cpu_ticks_by_thread: Object.fromEntries(Object.entries(threads()).map(([k, v]) => [k, v - (th0[k] ?? 0)]).filter(([, v]) => v > 0)) });
   }
   agent.destroy();
   console.log(JSON.stringify({ cli: CLI, store: STORE, sequential: SEQUENTIAL, limits: LIMITS, rounds }));
+  return all;
+}
+
+/**
+ * What the slowest 1% of sequential requests overlapped, against all of them: for each kind of event in the
+ * gateway (a GC by kind, a PostgreSQL query by statement, a Redis command or script by its key count, an
+ * upstream call), the share of requests that overlapped one, and the slow requests' upstream time against the rest.
+ */
+function tailReport(reqs, events) {
+  const label = (e) => (e[0] === 'gc' ? `gc ${e[3]}` : e[0] === 'pg' ? `pg ${e[3].startsWith('tollgate_') ? e[3] : e[3].split(' ').slice(0, 3).join(' ')}` : e[0] === 'redis' ? `redis ${e[3]}` : e[0]);
+  events.sort((a, b) => a[1] - b[1]);
+  const durs = reqs.map(([s, e]) => e - s).sort((a, b) => a - b);
+  const p99 = durs[Math.floor(0.99 * durs.length)];
+  const p50 = durs[Math.floor(0.5 * durs.length)];
+  const rows = new Map();
+  const tally = (key, slow) => { const r = rows.get(key) ?? { all: 0, slow: 0 }; r.all += 1; if (slow) r.slow += 1; rows.set(key, r); };
+  let slowN = 0;
+  const slowDetail = [];
+  const split = { slow: { upstream: 0, rest: 0, n: 0 }, typical: { upstream: 0, rest: 0, n: 0 } };
+  let j = 0;
+  for (const [s, e] of reqs) {
+    const d = e - s;
+    const slow = d >= p99;
+    if (slow) slowN += 1;
+    while (j < events.length && events[j][2] < s - 50) j++;
+    const seen = new Set();
+    let up = 0;
+    const over = [];
+    for (let k = j; k < events.length && events[k][1] <= e; k++) {
+      const ev = events[k];
+      if (ev[2] < s) continue;
+      if (ev[0] === 'upstream' && ev[1] >= s) up += ev[2] - ev[1];
+      const l = label(ev);
+      if (!seen.has(l)) { seen.add(l); tally(l, slow); }
+      if (slow) over.push(`${l} ${(ev[1] - s).toFixed(2)}→${(ev[2] - s).toFixed(2)} ms`);
+    }
+    const bucket = slow ? split.slow : Math.abs(d - p50) < 0.1 * p50 ? split.typical : null;
+    if (bucket) { bucket.upstream += up; bucket.rest += d - up; bucket.n += 1; }
+    if (slow) slowDetail.push({ ms: Number(d.toFixed(2)), overlapped: over });
+  }
+  const share = [...rows].map(([k, r]) => ({ event: k, of_all: `${((100 * r.all) / reqs.length).toFixed(1)}%`, of_slowest_1pct: `${((100 * r.slow) / slowN).toFixed(1)}%` }))
+    .sort((a, b) => parseFloat(b.of_slowest_1pct) - parseFloat(a.of_slowest_1pct));
+  const mean = (b) => ({ n: b.n, upstream_ms: Number((b.upstream / Math.max(1, b.n)).toFixed(3)), rest_ms: Number((b.rest / Math.max(1, b.n)).toFixed(3)) });
+  slowDetail.sort((a, b) => b.ms - a.ms);
+  return { requests: reqs.length, p50_ms: Number(p50.toFixed(3)), p99_ms: Number(p99.toFixed(3)), overlap: share,
+    time_split: { slowest_1pct: mean(split.slow), near_p50: mean(split.typical) }, slowest: slowDetail.slice(0, 12) };
 }
 
 try {
