@@ -194,13 +194,16 @@ export class Settler {
   private async apply(c: Queryable, entries: LedgerEntry[], stored: Set<string>, balances: Map<string, { balance: bigint; version: bigint }>,
     spends: Map<string, SettleResult['spends']>): Promise<void> {
     if (entries.length === 0) return;
-    // Named, so each connection parses and plans the statement once.
-    const res = await c.query({ name: 'tollgate_settle', text: SETTLE_SQL, values: [
-      entries.map((e) => e.idemKey), entries.map((e) => e.nonce), entries.map((e) => e.accountId), entries.map((e) => e.keyId),
-      entries.map((e) => e.kind), entries.map((e) => signed(e).toString()), entries.map((e) => e.reason),
-      entries.map((e) => e.model ?? null), entries.map((e) => (e.usage === undefined ? null : JSON.stringify(e.usage))),
-      entries.map((e) => (e.at ?? new Date()).toISOString()),
-    ] });
+    // Named, so each connection parses and plans the statement once. The entries go as one JSON array: one
+    // native JSON.stringify instead of ten arrays that pg escapes element by element in JavaScript (about a
+    // third of the CPU per entry: docs/benchmarks.md, "The sequential p99"). Amounts are strings: exact.
+    const rows = new Array<SettleRow>(entries.length);
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]!;
+      rows[i] = { idem_key: e.idemKey, nonce: e.nonce, account_id: e.accountId, key_id: e.keyId, kind: e.kind, amount_nd: signed(e).toString(),
+        reason: e.reason, model: e.model ?? null, usage: e.usage ?? null, created_at: (e.at ?? new Date()).toISOString() };
+    }
+    const res = await c.query({ name: 'tollgate_settle', text: SETTLE_SQL, values: [JSON.stringify(rows)] });
     for (const r of res.rows) {
       if (r.t === 'l') { stored.add(r.id as string); this.writes++; }
       else if (r.t === 'a') {
@@ -219,8 +222,8 @@ export class Settler {
 
 const SETTLE_SQL = `
 WITH e AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::jsonb[], $10::timestamptz[])
-    AS t(idem_key, nonce, account_id, key_id, kind, amount_nd, reason, model, usage, created_at)
+  SELECT * FROM json_to_recordset($1::json)
+    AS t(idem_key text, nonce text, account_id text, key_id text, kind text, amount_nd bigint, reason text, model text, usage jsonb, created_at timestamptz)
 ), ins AS (
   INSERT INTO ledger (idem_key, nonce, account_id, key_id, kind, amount_nd, reason, model, usage, created_at)
   SELECT * FROM e ON CONFLICT (idem_key) DO NOTHING
@@ -246,6 +249,12 @@ WITH e AS (
 SELECT 'l' AS t, idem_key AS id, NULL::bigint AS amount, NULL::bigint AS version, NULL::text AS extra FROM ins
 UNION ALL SELECT 'a', id, balance_nd, version, NULL FROM acc
 UNION ALL SELECT 's', key_id, spent_nd, version, period || '|' || start FROM sp`;
+
+/** One entry as the group commit's JSON carries it (JSON null is SQL NULL; amount_nd a decimal string, read as bigint). */
+interface SettleRow {
+  idem_key: string; nonce: string; account_id: string; key_id: string | null; kind: string; amount_nd: string;
+  reason: string; model: string | null; usage: unknown; created_at: string;
+}
 
 function signed(e: LedgerEntry): bigint {
   return e.kind === 'credit' ? e.amount : -e.amount;
