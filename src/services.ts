@@ -34,7 +34,7 @@ import { ReceiptSigner } from './ledger/receipt.js';
 import { receiptKey } from './store/receipts.js';
 
 /** The least time between two group commits' starts (ledger/settle.ts, Settler.schedule). */
-const COMMIT_PACE_MS = 10;
+const COMMIT_PACE_MS = 50;
 
 export interface Services {
   config: Config;

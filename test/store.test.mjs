@@ -76,6 +76,23 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.equal(tt.balance, tt.sum);
   });
 
+  test(`the pace never caps throughput: full batches waiting commit at once, without waiting out the pace (${name})`, async (t) => {
+    const db = await open(t);
+    const s = new Settler(db, quiet, 5_000);
+    const acct = await createAccount(db, `q${name}@example.com`);
+    await s.submit({ idemKey: 'c', nonce: 'c', accountId: acct.id, keyId: null, kind: 'credit', amount: 1_000_000_000n, reason: 'top-up' });
+    // Right after a commit, so the pace (5 s) would hold the next one back: two full batches (512 each) arrive.
+    const t0 = Date.now();
+    const landed = [];
+    for (let i = 0; i < 1024; i++) landed.push(s.submit({ idemKey: `b${i}`, nonce: `n${i}`, accountId: acct.id, keyId: null, kind: 'debit', amount: 1000n, reason: 'chat' }));
+    await Promise.all(landed);
+    assert.ok(Date.now() - t0 < 4_000, `a backlog of full batches waited ${Date.now() - t0} ms for the pace`);
+    assert.equal(s.commits, 3, 'the credit, then the two batches');
+    const tt = await totals(db, acct.id);
+    assert.equal(tt.balance, 1_000_000_000n - 1_024_000n);
+    assert.equal(tt.balance, tt.sum);
+  });
+
   test(`hundreds of concurrent settles group-commit and keep balance equal to the ledger (${name})`, async (t) => {
     const db = await open(t);
     const s = new Settler(db, quiet);

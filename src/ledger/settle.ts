@@ -73,6 +73,7 @@ export class Settler {
   commits = 0;
 
   private lastStart = -Infinity;
+  private timer: NodeJS.Timeout | undefined;
 
   /** `paceMs`: the least time between the starts of two group commits (see schedule). */
   constructor(private readonly db: Db, private readonly listener: SettleListener, private readonly paceMs = 0) {}
@@ -95,16 +96,20 @@ export class Settler {
   /**
    * A group commit starts on the next turn when none started in the last `paceMs`, else once `paceMs`
    * have passed since the last one: under load every turn's debits go together anyway, and one request
-   * at a time no longer costs a PostgreSQL round trip each (on a 2-core machine its wake-ups cost the
-   * next request ~0.5 ms: docs/benchmarks.md). No response waits on a commit; the ledger lags by at
-   * most `paceMs` more.
+   * at a time no longer costs a PostgreSQL round trip each (its wake-ups cost the next request CPU and
+   * time on a 2-core machine: docs/benchmarks.md, "The sequential p99"). A full batch waiting is not held
+   * back: the pace is for a trickle, never a cap on throughput. No response waits on a commit; the ledger
+   * lags by at most `paceMs` more.
    */
   private schedule(): void {
-    if (this.scheduled || this.flushing) return;
+    if (this.flushing) return;
+    const full = this.queue.length >= MAX_BATCH;
+    if (this.scheduled && !(full && this.timer)) return;
+    if (this.timer) { clearTimeout(this.timer); this.timer = undefined; }
     this.scheduled = true;
-    const run = () => { this.scheduled = false; void this.flush(); };
-    const wait = this.lastStart + this.paceMs - performance.now();
-    if (wait > 0) setTimeout(run, wait);
+    const run = () => { this.scheduled = false; this.timer = undefined; void this.flush(); };
+    const wait = full ? 0 : this.lastStart + this.paceMs - performance.now();
+    if (wait > 0) this.timer = setTimeout(run, wait);
     else setImmediate(run);
   }
 
