@@ -54,7 +54,7 @@ async function main() {
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
   const nodeArgs = CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', resolve(CPU_PROF)] : HEAP_PROF ? ['--heap-prof', '--heap-prof-dir', resolve(HEAP_PROF)] : [];
-  if (TAIL) { nodeArgs.push('--require', join(ROOT, 'bench/tail-hooks.cjs')); env.TAIL_OUT = join(work, 'tail-events.json'); env.TAIL_ALLOC = `${TAIL}.heapprofile`; }
+  if (TAIL) { nodeArgs.push('--require', join(ROOT, 'bench/tail-hooks.cjs')); env.TAIL_OUT = join(work, 'tail-events.json'); if (args.includes('--alloc')) env.TAIL_ALLOC = `${TAIL}.heapprofile`; }
   const gw = await start('gateway', process.execPath, [...nodeArgs, ...NODE_ARGS, CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(gw);
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
@@ -103,7 +103,9 @@ async function sequential(url, key, pid) {
   });
   for (let i = 0; i < 300; i++) await post();
   const rounds = [];
-  const all = []; // [wall-clock start ms, end ms] of every measured request
+  const all = []; // [wall-clock start ms, end ms, gateway main thread's ns on a CPU, ns runnable but waiting] of every measured request
+  const mainSched = `/proc/${pid}/task/${pid}/schedstat`;
+  const mainNs = () => { const [a, b] = readFileSync(mainSched, 'utf8').split(' '); return [Number(a), Number(b)]; };
   // /proc/<pid>/schedstat, summed over the process's threads: ns on a CPU, ns runnable but waiting for one
   const sched = () => { let run = 0, wait = 0; for (const t of readdirSync(`/proc/${pid}/task`)) { try { const [a, b] = readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' '); run += Number(a); wait += Number(b); } catch { /* thread gone */ } } return { run, wait }; };
   // CPU seconds by thread name (the main thread is "node"; V8's workers, libuv's pool, uWS's own)
@@ -114,11 +116,14 @@ async function sequential(url, key, pid) {
     const s0 = sched(), st0 = steal(), th0 = threads();
     const ts = [];
     for (let i = 0; i < SEQUENTIAL; i++) {
+      const m0 = TAIL ? mainNs() : null;
       const w0 = performance.timeOrigin + performance.now();
       const t0 = process.hrtime.bigint();
       await post();
       ts.push(Number(process.hrtime.bigint() - t0) / 1000);
-      all.push([w0, performance.timeOrigin + performance.now()]);
+      const w1 = performance.timeOrigin + performance.now();
+      const m1 = TAIL ? mainNs() : null;
+      all.push(TAIL ? [w0, w1, m1[0] - m0[0], m1[1] - m0[1]] : [w0, w1]);
     }
     const cpu = usage(pid).cpu - before;
     ts.sort((a, b) => a - b);
@@ -148,9 +153,9 @@ function tailReport(reqs, events) {
   const tally = (key, slow) => { const r = rows.get(key) ?? { all: 0, slow: 0 }; r.all += 1; if (slow) r.slow += 1; rows.set(key, r); };
   let slowN = 0;
   const slowDetail = [];
-  const split = { slow: { upstream: 0, rest: 0, n: 0 }, typical: { upstream: 0, rest: 0, n: 0 } };
+  const split = { slow: { upstream: 0, rest: 0, n: 0, run: 0, wait: 0 }, typical: { upstream: 0, rest: 0, n: 0, run: 0, wait: 0 } };
   let j = 0;
-  for (const [s, e] of reqs) {
+  for (const [s, e, reqRun, reqWait] of reqs) {
     const d = e - s;
     const slow = d >= p99;
     if (slow) slowN += 1;
@@ -167,12 +172,13 @@ function tailReport(reqs, events) {
       if (slow) over.push(`${l} ${(ev[1] - s).toFixed(2)}→${(ev[2] - s).toFixed(2)} ms`);
     }
     const bucket = slow ? split.slow : Math.abs(d - p50) < 0.1 * p50 ? split.typical : null;
-    if (bucket) { bucket.upstream += up; bucket.rest += d - up; bucket.n += 1; }
-    if (slow) slowDetail.push({ ms: Number(d.toFixed(2)), overlapped: over });
+    if (bucket) { bucket.upstream += up; bucket.rest += d - up; bucket.n += 1; bucket.run += (reqRun ?? 0) / 1e6; bucket.wait += (reqWait ?? 0) / 1e6; }
+    if (slow) slowDetail.push({ ms: Number(d.toFixed(2)), gateway_on_cpu_ms: Number(((reqRun ?? 0) / 1e6).toFixed(2)), gateway_waiting_ms: Number(((reqWait ?? 0) / 1e6).toFixed(2)), overlapped: over });
   }
   const share = [...rows].map(([k, r]) => ({ event: k, of_all: `${((100 * r.all) / reqs.length).toFixed(1)}%`, of_slowest_1pct: `${((100 * r.slow) / slowN).toFixed(1)}%` }))
     .sort((a, b) => parseFloat(b.of_slowest_1pct) - parseFloat(a.of_slowest_1pct));
-  const mean = (b) => ({ n: b.n, upstream_ms: Number((b.upstream / Math.max(1, b.n)).toFixed(3)), rest_ms: Number((b.rest / Math.max(1, b.n)).toFixed(3)) });
+  const mean = (b) => ({ n: b.n, upstream_ms: Number((b.upstream / Math.max(1, b.n)).toFixed(3)), rest_ms: Number((b.rest / Math.max(1, b.n)).toFixed(3)),
+    gateway_on_cpu_ms: Number((b.run / Math.max(1, b.n)).toFixed(3)), gateway_runnable_waiting_ms: Number((b.wait / Math.max(1, b.n)).toFixed(3)) });
   slowDetail.sort((a, b) => b.ms - a.ms);
   return { requests: reqs.length, p50_ms: Number(p50.toFixed(3)), p99_ms: Number(p99.toFixed(3)), overlap: share,
     time_split: { slowest_1pct: mean(split.slow), near_p50: mean(split.typical) }, slowest: slowDetail.slice(0, 12) };
