@@ -90,6 +90,13 @@ export default tseslint.config(
     },
   },
   {
+    files: ["**/*.cjs"],
+    languageOptions: { globals: nodeGlobals, sourceType: "commonjs" },
+    rules: {
+      "no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_", caughtErrors: "none" }],
+    },
+  },
+  {
     // Browser tests pass functions to page.evaluate(); those run in Chromium, not Node.
     files: ["test/browser/**"],
     languageOptions: { globals: { window: "readonly", document: "readonly", navigator: "readonly" } },
