@@ -200,8 +200,8 @@ export class Settler {
     spends: Map<string, SettleResult['spends']>): Promise<void> {
     if (entries.length === 0) return;
     // Named, so each connection parses and plans the statement once. The entries go as one JSON array: one
-    // native JSON.stringify instead of ten arrays that pg escapes element by element in JavaScript (about a
-    // third of the CPU per entry: docs/benchmarks.md, "The sequential p99"). Amounts are strings: exact.
+    // native JSON.stringify instead of ten arrays that pg escapes element by element in JavaScript (4.0 against
+    // 6.6-7.4 µs per entry at 3 entries: bench/settle-args.mjs). Amounts are strings: exact.
     const rows = new Array<SettleRow>(entries.length);
     for (let i = 0; i < entries.length; i++) {
       const e = entries[i]!;

@@ -48,10 +48,12 @@ export function parseRedisUrl(url: string): RedisTarget {
 export function openRedis(url: string, options: RedisOptions): RedisClient {
   const t = parseRedisUrl(url);
   const auth: RedisOptions = { ...(t.username ? { username: t.username } : {}), ...(t.password !== undefined ? { password: t.password } : {}), ...(t.tls ? { tls: {} } : {}) };
-  const batched = options.enableAutoPipelining === true;
-  const one = { ...options, enableAutoPipelining: false };
-  if (t.mode === 'single') return batched ? corkEachTurn(new Redis(url, one)) : new Redis(url, options);
-  if (t.mode === 'sentinel') return batched ? corkEachTurn(new Redis({ ...one, ...auth, sentinels: t.nodes, name: t.name })) : new Redis({ ...options, ...auth, sentinels: t.nodes, name: t.name });
+  if (t.mode !== 'cluster') {
+    const batched = options.enableAutoPipelining === true;
+    const o = batched ? { ...options, enableAutoPipelining: false } : options;
+    const r = t.mode === 'single' ? new Redis(url, o) : new Redis({ ...o, ...auth, sentinels: t.nodes, name: t.name });
+    return batched ? corkEachTurn(r) : r;
+  }
   const { enableOfflineQueue, enableAutoPipelining, lazyConnect, ...node } = options;
   // A command whose connection closed may have run: it is failed, never resent (retryDelayOnFailover 0),
   // as on one server. MOVED/ASK/TRYAGAIN/CLUSTERDOWN replies ran nothing and are followed.
