@@ -4,7 +4,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
@@ -88,6 +89,43 @@ test('on this Node with frontend: "node" the gateway serves with node:http: chat
   const gw = await startGateway(t, { store: 'pglite', frontend: 'node', env: { TOLLGATE_FRONTEND: '' } });
   await servesAndBills(t, gw, 'node');
 });
+
+/** Connections opened at once while the gateway is stopped: past Node's default listen backlog (511). */
+const BURST = 1500;
+const somaxconn = Number(readFileSync('/proc/sys/net/core/somaxconn', 'utf8'));
+
+test(`node:http: ${BURST} connections opened while the gateway is busy are queued by the kernel, not dropped, and each is answered`,
+  { skip: somaxconn < BURST && `net.core.somaxconn is ${somaxconn}: the kernel caps the backlog below ${BURST}` }, async (t) => {
+    const gw = await startGateway(t, { store: 'pglite', frontend: 'node', env: { TOLLGATE_FRONTEND: '' } });
+    const port = Number(new URL(gw.url).port);
+    // A stopped process stands for a busy one (a long turn of its event loop): the kernel alone answers handshakes.
+    process.kill(gw.proc.pid, 'SIGSTOP');
+    let stopped = true;
+    t.after(() => { if (stopped) process.kill(gw.proc.pid, 'SIGCONT'); });
+    const sockets = [];
+    let connected = 0;
+    for (let i = 0; i < BURST; i++) {
+      const s = net.connect(port, '127.0.0.1');
+      s.once('connect', () => { connected++; });
+      s.on('error', () => undefined);
+      sockets.push(s);
+    }
+    // A handshake the kernel dropped (a full accept queue) is retried by the client only after a second or more.
+    await new Promise((r) => setTimeout(r, 2000));
+    const whileBusy = connected;
+    process.kill(gw.proc.pid, 'SIGCONT');
+    stopped = false;
+    const answers = await Promise.all(sockets.map((s) => new Promise((resolve) => {
+      let head = '';
+      const done = () => { resolve(head.slice(0, 12) || 'no answer'); s.destroy(); };
+      s.on('data', (d) => { head += d; if (head.includes('\r\n\r\n')) done(); });
+      s.once('close', done);
+      s.setTimeout(30_000, done);
+      s.write('GET /health HTTP/1.1\r\nhost: tollgate\r\n\r\n');
+    })));
+    assert.equal(whileBusy, BURST, `every handshake completed while the gateway was busy (Node's default backlog queues 512)`);
+    assert.deepEqual(answers.filter((a) => a !== 'HTTP/1.1 200'), [], 'every connection is answered 200');
+  });
 
 test('on Node 20 auto serves with uWS, whose binary loads there', { skip: process.versions.modules !== '115' && 'uWS has a binary for Node 20 only among the versions this project runs on' }, async (t) => {
   const gw = await startGateway(t, { store: 'pglite', env: { TOLLGATE_FRONTEND: '' } });
