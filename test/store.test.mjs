@@ -155,3 +155,17 @@ test('one dip under the auto top-up threshold is claimed for a charge once, howe
   assert.equal(next.length, 1, 'settled and still under the threshold: the next attempt, once');
   assert.equal(next[0].attempt, 2n);
 });
+
+test('the embedded store runs its statements beside the event loop: a long one holds no timer (pglite)', async (t) => {
+  const db = await STORES.pglite(t);
+  // What a request meets while the store works: each 10 ms timer's lateness, sampled through the statement.
+  let last = performance.now();
+  let worst = 0;
+  const tick = setInterval(() => { const now = performance.now(); worst = Math.max(worst, now - last - 10); last = now; }, 10);
+  const started = performance.now();
+  await db.query('SELECT count(*) FROM generate_series(1, 3000000) g WHERE g % 7 = 3');
+  const took = performance.now() - started;
+  clearInterval(tick);
+  assert.ok(took > 300, `the statement ran long enough to tell (${took.toFixed(0)} ms)`);
+  assert.ok(worst < Math.min(150, took / 3), `no timer was held while it ran: the latest fired ${worst.toFixed(0)} ms late, the statement took ${took.toFixed(0)} ms`);
+});

@@ -4,9 +4,11 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { Worker } from 'node:worker_threads';
 import pg from 'pg';
 import { migrate } from './migrate.js';
 import { PGLITE_CONF } from './pglite-conf.js';
+import type { PgliteWorkerData, PgliteWorkerMessage } from './pglite-worker.js';
 
 // BIGINT comes back as bigint, never as a lossy number or a string.
 pg.types.setTypeParser(20, (v: string) => BigInt(v));
@@ -67,34 +69,59 @@ export function embeddedStoreExists(dataDir: string): boolean {
 /**
  * Embedded PGlite in `dataDir/pg`, served on a unix socket inside the data dir so that `pg` speaks
  * to it like to any PostgreSQL. PGlite is single-session, so the pool holds one connection and
- * transactions never interleave.
+ * transactions never interleave. It runs on a worker thread of this process (loaded only there: a
+ * PostgreSQL deployment never pays for the WASM build in memory), so its statements never hold the
+ * event loop.
  */
 export async function openPglite(dataDir: string): Promise<Db> {
   mkdirSync(dataDir, { recursive: true });
-  // Loaded only here: a PostgreSQL deployment never pays for the WASM build in memory.
-  const { PGlite } = await import('@electric-sql/pglite');
-  const { PGLiteSocketServer } = await import('@electric-sql/pglite-socket');
   const pgDir = join(dataDir, 'pg');
   // A new data directory is created in a child process: initdb leaves ~600 MB of WASM memory behind in
   // the process that runs it, and this process is the long-lived gateway.
   if (!existsSync(join(pgDir, 'PG_VERSION'))) {
     await promisify(execFile)(process.execPath, [fileURLToPath(new URL('./pglite-init.js', import.meta.url)), pgDir]);
   }
-  const pglite = await PGlite.create(pgDir, { postgresqlconf: PGLITE_CONF });
   const sockDir = join(dataDir, 'run');
   mkdirSync(sockDir, { recursive: true, mode: 0o700 });
   const sockPath = join(sockDir, '.s.PGSQL.5432');
   if (existsSync(sockPath)) rmSync(sockPath); // a stale socket from a killed process; the data-dir lock guards liveness
-  const server = new PGLiteSocketServer({ db: pglite, path: sockPath, maxConnections: 1 });
-  await server.start();
+  const stop = await startPgliteWorker({ pgDir, sockPath, conf: PGLITE_CONF });
   const pool = new pg.Pool({ host: sockDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 });
   pool.on('error', () => undefined);
-  const db = new PoolDb('pglite', pool, async () => {
-    await server.stop();
-    await pglite.close();
-  });
-  await migrate(db);
+  const db = new PoolDb('pglite', pool, stop);
+  try {
+    await migrate(db);
+  } catch (e) {
+    await db.close().catch(() => undefined);
+    throw e;
+  }
   return db;
+}
+
+/**
+ * Starts PGlite and its socket server on a worker thread (store/pglite-worker.ts); resolves once it
+ * serves, with the function that stops it (the database closed cleanly, then the thread gone).
+ */
+async function startPgliteWorker(data: PgliteWorkerData): Promise<() => Promise<void>> {
+  // A small young generation: the thread's own JavaScript is only PGlite's wrapper and the socket's buffers,
+  // and V8's default new space grows to two 16 MB semi-spaces that stay resident (docs/benchmarks.md).
+  const worker = new Worker(new URL('./pglite-worker.js', import.meta.url), { workerData: data, resourceLimits: { maxYoungGenerationSizeMb: 4 } });
+  const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
+  await new Promise<void>((resolve, reject) => {
+    worker.once('message', (m: PgliteWorkerMessage) => {
+      if (m.type === 'ready') resolve();
+      else reject(new Error(`the embedded store did not open: ${m.type === 'failed' ? m.error : m.type}`));
+    });
+    worker.once('error', reject);
+    void exited.then(() => reject(new Error('the embedded store\'s thread exited before it served')));
+  });
+  // A thread that failed after it served leaves the pool's queries failing: the store is reported unreachable.
+  worker.on('error', () => undefined);
+  return async () => {
+    worker.postMessage('stop');
+    await Promise.race([exited, new Promise<void>((resolve) => worker.once('message', () => resolve()))]);
+    await worker.terminate();
+  };
 }
 
 /** A round trip to the database (`SELECT 1`): the health probe's check that PostgreSQL answers. */
