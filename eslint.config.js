@@ -11,7 +11,7 @@ import tseslint from "typescript-eslint";
  */
 const FLOORS = [
   [["observe", ["src/observe/**"], ["**/observe/**"]], ["money", ["src/money.ts"], ["**/money.js"]], ["errors", ["src/errors.ts"], ["**/errors.js"]],
-    ["config-transcription", ["src/config-transcription.ts"], ["**/config-transcription.js"]], ["types", ["src/types/**"], ["**/types/**"]]],
+    ["config-transcription", ["src/config-transcription.ts"], ["**/config-transcription.js"]], ["threads", ["src/threads.ts"], ["**/threads.js"]], ["types", ["src/types/**"], ["**/types/**"]]],
   [["config", ["src/config.ts"], ["**/config.js"]]],
   [["store", ["src/store/**"], ["**/store/**"]], ["audio", ["src/audio/**"], ["**/audio/**"]]],
   [["ledger", ["src/ledger/**"], ["**/ledger/**"]], ["gate", ["src/gate/**"], ["**/gate/**"]], ["resolve", ["src/resolve/**"], ["**/resolve/**"]],

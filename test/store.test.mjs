@@ -4,6 +4,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { freshDatabase } from './helpers/gateway.mjs';
 import { openPglite, openPostgres } from '../dist/store/db.js';
 import { Settler } from '../dist/ledger/settle.js';
@@ -11,6 +13,8 @@ import { createAccount } from '../dist/store/accounts.js';
 import { createKey, keyByHash, revokeKey } from '../dist/store/keys.js';
 import { hashKey } from '../dist/store/ids.js';
 import { putCustomer, saveCard, putAutoTopup, claimCharge, chargeSucceeded } from '../dist/billing/store.js';
+
+const execFileP = promisify(execFile);
 
 const STORES = {
   async pglite(t) {
@@ -154,6 +158,19 @@ test('one dip under the auto top-up threshold is claimed for a charge once, howe
   const next = (await claimAll()).filter(Boolean);
   assert.equal(next.length, 1, 'settled and still under the threshold: the next attempt, once');
   assert.equal(next[0].attempt, 2n);
+});
+
+test('a process run as `node --input-type=module -e` opens the embedded store and hashes a password: its threads load (pglite)', async (t) => {
+  // Worker threads inherit the parent's Node options; --input-type is for string input only and fails a
+  // thread whose entry is a file. A fresh clone's test helper opens its first PGlite this way.
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-input-type-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const dist = (f) => JSON.stringify(new URL(`../dist/${f}`, import.meta.url).href);
+  const code = `const { openPglite } = await import(${dist('store/db.js')}); const { hashPassword, verifyPassword } = await import(${dist('console/hash.js')});
+const db = await openPglite(process.argv[1]); const { rows } = await db.query('SELECT 6 * 7 AS n'); await db.close();
+const h = await hashPassword('a long enough password'); console.log(JSON.stringify({ n: rows[0].n, ok: await verifyPassword('a long enough password', h) }));`;
+  const { stdout } = await execFileP(process.execPath, ['--input-type=module', '-e', code, dir], { timeout: 120_000 });
+  assert.deepEqual(JSON.parse(stdout.trim().split('\n').at(-1)), { n: 42, ok: true });
 });
 
 test('the embedded store runs its statements beside the event loop: a long one holds no timer (pglite)', async (t) => {

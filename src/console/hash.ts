@@ -1,5 +1,6 @@
 // Password hashing (argon2id, random salt, PHC-encoded) on one lazily started worker thread.
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { startThread } from '../threads.js';
 import type { HashJob, HashReply, HashRequest } from './hash-worker.js';
 
 type Pending = { resolve: (v: string | boolean) => void; reject: (e: Error) => void };
@@ -9,7 +10,7 @@ let nextId = 1;
 const pending = new Map<number, Pending>();
 
 function start(): Worker {
-  const w = new Worker(new URL('./hash-worker.js', import.meta.url));
+  const w = startThread(new URL('./hash-worker.js', import.meta.url));
   w.on('message', (m: HashReply) => {
     const p = pending.get(m.id);
     if (!p) return;

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { Worker } from 'node:worker_threads';
+import { startThread } from '../threads.js';
 import pg from 'pg';
 import { migrate } from './migrate.js';
 import { PGLITE_CONF } from './pglite-conf.js';
@@ -105,7 +105,7 @@ export async function openPglite(dataDir: string): Promise<Db> {
 async function startPgliteWorker(data: PgliteWorkerData): Promise<() => Promise<void>> {
   // A small young generation: the thread's own JavaScript is only PGlite's wrapper and the socket's buffers,
   // and V8's default new space grows to two 16 MB semi-spaces that stay resident (docs/benchmarks.md).
-  const worker = new Worker(new URL('./pglite-worker.js', import.meta.url), { workerData: data, resourceLimits: { maxYoungGenerationSizeMb: 4 } });
+  const worker = startThread(new URL('./pglite-worker.js', import.meta.url), { workerData: data, resourceLimits: { maxYoungGenerationSizeMb: 4 } });
   const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
   await new Promise<void>((resolve, reject) => {
     worker.once('message', (m: PgliteWorkerMessage) => {
