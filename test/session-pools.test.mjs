@@ -57,9 +57,11 @@ async function metricsUntil(gw, pred) {
   for (let i = 0; i < 100; i++) { text = await metrics(gw); if (pred(text)) break; await sleep(50); }
   return text;
 }
-/** The ledger once no hold is open (every session has settled). */
+/** The ledger once no hold is open (every session has settled) and every settled debit is committed to it. */
 async function settledLedger(gw, account) {
   await metricsUntil(gw, (m) => /^tollgate_open_holds 0$/m.test(m));
+  // A settled debit is durable in Redis at once and reaches PostgreSQL in the next group commit.
+  await gw.debitsLanded();
   return ledgerOf(gw.db.url, account);
 }
 
