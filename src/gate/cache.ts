@@ -16,12 +16,15 @@ const NEGATIVE_TTL_MS = 1000;
 /**
  * Every key is in memory (loaded at start, kept current by the change feed), so an unknown key is
  * answered from memory. Only a key made in the last moments on another instance can be missing:
- * those few are looked up in the store, at most this many a second (a flood of made-up keys costs
- * no more than that).
+ * those few are looked up in the store, at most this many a second; past that, a miss waits for the
+ * next read of the key feed (MISS_FEED_READ_MS). A flood of made-up keys costs no more than both.
  */
 const MISS_LOOKUPS_PER_SEC = 20;
-/** A realtime client secret not in memory waits for a read of the secret feed; those reads start at most this often. */
-const SECRET_REFRESH_MS = 100;
+/**
+ * A miss that is not looked up on its own (a realtime client secret, or a key past the lookup budget)
+ * waits for the next read of its feed; those reads start at most this often, however many misses wait.
+ */
+const MISS_FEED_READ_MS = 100;
 /** An expired secret stays in memory this long, so that it is refused as expired (not unknown); store/realtime-secrets.ts reads as far back. */
 export const EXPIRED_SECRETS_KEPT_MS = 3_600_000;
 
@@ -37,9 +40,8 @@ export class StateCache implements SettleListener {
   /** Realtime client secrets by hash: the live ones, and those expired within EXPIRED_SECRETS_KEPT_MS (dropped at each poll past that). */
   private readonly secrets = new Map<string, SecretRecord>();
   private secretVersion = 0n;
-  private nextRefresh: Promise<void> | null = null;
-  private refreshing: Promise<void> = Promise.resolve();
-  private refreshedAt = 0;
+  private readonly secretFeed = new FeedRead(() => this.syncSecrets(), () => { this.missLookups++; });
+  private readonly keyFeed = new FeedRead(() => this.syncKeys(), () => { this.missLookups++; });
   /** Who follows a key (an open session): told when the feed shows it revoked. */
   private readonly keyWatchers = new Map<string, Set<(rec: KeyRecord) => void>>();
   /** Store lookups of hashes not in memory (for tests and metrics). */
@@ -50,7 +52,11 @@ export class StateCache implements SettleListener {
 
   constructor(private readonly db: Db) {}
 
-  /** Authenticates a key hash from memory; a hash not in memory costs a query only within a small budget a second. */
+  /**
+   * Authenticates a key hash from memory. A hash not in memory costs a query of its own within a small
+   * budget a second; past it, the answer waits for the next read of the key feed (a key made a moment
+   * ago elsewhere is found there, even while a flood of made-up keys spends the budget).
+   */
   async keyForHash(hash: string): Promise<KeyRecord | null> {
     const hit = this.byHash.get(hash);
     if (hit) return hit;
@@ -59,7 +65,10 @@ export class StateCache implements SettleListener {
     // Concurrent requests with one new key share one lookup.
     const pending = this.lookups.get(hash);
     if (pending) return pending;
-    if (!this.takeMiss()) return null;
+    if (!this.takeMiss()) {
+      await this.keyFeed.next();
+      return this.byHash.get(hash) ?? null;
+    }
     const lookup = this.lookup(hash).finally(() => this.lookups.delete(hash));
     this.lookups.set(hash, lookup);
     return lookup;
@@ -87,24 +96,8 @@ export class StateCache implements SettleListener {
   async secretForHash(hash: string): Promise<SecretRecord | null> {
     const hit = this.secrets.get(hash);
     if (hit) return hit;
-    await this.refreshSecrets();
+    await this.secretFeed.next();
     return this.secrets.get(hash) ?? null;
-  }
-
-  /** The next read of the secret feed that starts after this call (joined by every miss until it starts). */
-  private refreshSecrets(): Promise<void> {
-    this.nextRefresh ??= (async () => {
-      await this.refreshing;
-      const wait = this.refreshedAt + SECRET_REFRESH_MS - Date.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      this.nextRefresh = null; // a miss from now on needs a read that starts after it
-      this.refreshedAt = Date.now();
-      this.missLookups++;
-      // The store unreachable: the secret is unknown for now (401), as an unknown key is.
-      this.refreshing = this.syncSecrets().catch(() => undefined);
-      await this.refreshing;
-    })();
-    return this.nextRefresh;
   }
 
   private async syncSecrets(): Promise<void> {
@@ -256,11 +249,15 @@ export class StateCache implements SettleListener {
     if (this.timer) clearTimeout(this.timer);
   }
 
-  async sync(): Promise<void> {
+  private async syncKeys(): Promise<void> {
     for (const rec of await keysChangedSince(this.db, this.keyVersion)) {
       if (rec.version > this.keyVersion) this.keyVersion = rec.version;
       this.putKey(rec);
     }
+  }
+
+  async sync(): Promise<void> {
+    await this.syncKeys();
     await this.syncSecrets();
     const now = Date.now();
     for (const [h, x] of this.secrets) if (x.expiresAt + EXPIRED_SECRETS_KEPT_MS <= now) this.secrets.delete(h);
@@ -276,5 +273,33 @@ export class StateCache implements SettleListener {
       if (v > this.spendVersion) this.spendVersion = v;
       this.spend(r.key_id as string, r.period as 'day' | 'month', r.start as string, r.spent_nd as Nanodollars, v);
     }
+  }
+}
+
+/**
+ * Reads of one change feed made for misses: `next()` resolves once a read that started after the call
+ * has ended. Reads start at most every MISS_FEED_READ_MS, one at a time, and every miss waiting joins
+ * the same read, so a flood of misses costs at most that many statements a second and keeps nothing.
+ * A read that fails (the store unreachable) leaves the miss unknown for now (401).
+ */
+class FeedRead {
+  private upcoming: Promise<void> | null = null;
+  private running: Promise<void> = Promise.resolve();
+  private startedAt = 0;
+
+  constructor(private readonly read: () => Promise<void>, private readonly counted: () => void) {}
+
+  next(): Promise<void> {
+    this.upcoming ??= (async () => {
+      await this.running;
+      const wait = this.startedAt + MISS_FEED_READ_MS - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      this.upcoming = null; // a miss from now on needs a read that starts after it
+      this.startedAt = Date.now();
+      this.counted();
+      this.running = this.read().catch(() => undefined);
+      await this.running;
+    })();
+    return this.upcoming;
   }
 }
