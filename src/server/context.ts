@@ -27,7 +27,7 @@ export class Ctx {
   readonly query: string;
   readonly headers: Headers = {};
   readonly requestId: string;
-  readonly remoteAddress: string;
+  private remote: string | null = null;
   readonly started = process.hrtime.bigint();
   /** The envelope errors are rendered in: the matched route's family (set by the router). */
   family: ErrorRenderer = PLAIN;
@@ -62,12 +62,21 @@ export class Ctx {
     });
     const given = this.headers['x-request-id'];
     this.requestId = given && SANE_REQUEST_ID.test(given) ? given : newId('req');
-    this.remoteAddress = Buffer.from(res.getRemoteAddressAsText()).toString();
     res.onAborted(() => {
       this.aborted = true;
       this.writableWaiter?.();
       for (const h of this.abortHandlers.splice(0)) h();
     });
+  }
+
+  /**
+   * The client's address, read from the socket the first time it is asked for (a system call the
+   * metered routes never need; only the console's sign-in throttles use it). Once the response is
+   * done the socket may be gone: then it is empty.
+   */
+  get remoteAddress(): string {
+    if (this.remote === null) this.remote = this.live ? Buffer.from(this.res.getRemoteAddressAsText()).toString() : '';
+    return this.remote;
   }
 
   /** Runs `fn` when the client goes away before the response ends (at once if it already has). */
