@@ -333,3 +333,48 @@ test('10,000 holds of one account settled and 10,000 released in one turn all re
   assert.equal((await admit(l, 'z', 'zfit', 130_000n, 200_000n, { concurrency: 100_000 })).ok, true, 'every debit counts, at its amount');
   assert.equal((await admit(l, 'z', 'zover', 1n, 200_000n, { concurrency: 100_000 })).ok, false);
 });
+
+test('a turn of admissions over two accounts is decided in order, each as if alone (the same answers as one at a time), in one script call per account', async (t) => {
+  const A = 'turn-a', B = 'turn-b';
+  // [account, hold id, amount, balance, options], in the order they arrive in the turn.
+  const asks = [
+    [A, 'a1', 1_000n, 4_500n, { keyId: 'ka1', concurrency: 3 }],
+    [B, 'b1', 1_000n, 2_000n, { cover: true }],
+    [A, 'a2', 1_000n, 4_500n, { keyId: 'ka1', concurrency: 3 }],
+    [B, 'b2', 1_000n, 2_000n, { cover: true }],
+    [A, 'a3', 1_000n, 4_500n, { keyId: 'ka1', concurrency: 3 }],
+    [A, 'r1', 0n, 4_500n, { keyId: 'ka2', money: false, rpm: 2 }],
+    [B, 'b3', 1_000n, 2_000n, { cover: true }],
+    [A, 'a4', 1_000n, 4_500n, { keyId: 'ka1', concurrency: 3 }],
+    [A, 'r2', 0n, 4_500n, { keyId: 'ka2', money: false, rpm: 2 }],
+    [A, 'a5', 1_000n, 4_500n, { keyId: 'ka3' }],
+    [A, 'r3', 0n, 4_500n, { keyId: 'ka2', money: false, rpm: 2 }],
+    [A, 'a6', 1_000n, 4_500n, { keyId: 'ka3' }],
+    [A, 'a7', 1_000n, 4_500n, { keyId: 'ka3' }],
+  ];
+  const ask = (l, [acct, id, amount, balance, o]) => l.admit({
+    holdId: id, accountId: acct, keyId: o.keyId ?? `key_${acct}`, rpm: o.rpm ?? 1_000_000, concurrency: o.concurrency ?? 1_000, money: o.money ?? true, hold: amount,
+    balance: { amount: balance, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs: 60_000, cover: o.cover,
+  });
+  const gist = (o) => (o.ok ? 'ok' : `${o.reason}${o.available !== undefined ? ` ${o.available}` : ''}`);
+  const expected = ['ok', 'ok', 'ok', 'ok', 'ok', 'ok', 'insufficient_balance 0', 'concurrency_limit_exceeded', 'ok', 'ok', 'rate_limit_exceeded', 'ok', 'insufficient_balance -500'];
+  for (const kind of ['memory', 'redis']) {
+    const fresh = async () => (kind === 'memory' ? new MemoryLimiter() : redisLimiter(t));
+    const alone = await fresh();
+    const oneByOne = [];
+    for (const a of asks) oneByOne.push(gist(await ask(alone, a)));
+    const together = await fresh();
+    let calls = 0;
+    if (kind === 'redis') {
+      const r = together.redis;
+      const admitScript = r.tgAdmit.bind(r);
+      r.tgAdmit = (...a) => { calls++; return admitScript(...a); };
+    }
+    const inOneTurn = (await Promise.all(asks.map((a) => ask(together, a)))).map(gist);
+    assert.deepEqual(oneByOne, expected, `${kind}: one at a time`);
+    assert.deepEqual(inOneTurn, expected, `${kind}: in one turn`);
+    if (kind === 'redis') assert.equal(calls, 2, 'one admission script call per account for the turn');
+    assert.equal(await together.openHolds(A), 7);
+    assert.equal(await together.openHolds(B), 2);
+  }
+});

@@ -13,6 +13,9 @@ import { quotaArg, type AdmitInput, type AdmitOutcome, type CommittedState, type
 //   rpm:<key> hash: the key's request bucket (t tokens, ts time).
 // The instance registry, under the tag `{registry}` (one slot; single-key scripts and same-slot MULTIs only):
 //   instances zset (owner -> last heartbeat, Redis time), inst:<owner>:accts set (accounts it touched), recover:<owner> lease.
+/** Arguments of one request in an admission call (ADMIT). */
+const ADMIT_ARGS = 16;
+
 const LIB = `
 local function add(sum, k, amt)
   if amt == '0' or amt == '-0' then return end
@@ -126,67 +129,83 @@ local function idle_expiry(sum, pend, ms)
 end
 `;
 
-// KEYS: sum holds exp run pend bucket. ARGV: hold key amount rpm conc money bal bver ceiling field start spent sver ttl owner cover quotas
+// A turn's admissions of one account in one call, each decided in order as if it were alone.
+// KEYS: sum holds exp run pend. ARGV: owner, then per request (ADMIT_ARGS): hold key amount rpm conc money bal bver ceiling field start spent sver ttl cover quotas.
+// Returns one reply per request: {0, tokens, resetMs, quota dim, remaining, resetMs, ...} admitted, or a refusal (see admit()).
 const ADMIT = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local sum, holds, exp, run, pend, rb = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local rid, kid, hold = ARGV[1], ARGV[2], ARGV[3]
-local rpm, conc, withMoney = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local ttl, owner = tonumber(ARGV[14]), ARGV[15]
+local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local owner = ARGV[1]
 for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do drop(sum, holds, exp, run, r) end
-if withMoney == '1' then
-  local m, left = money(sum, kid, ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], hold, ARGV[16])
-  if m ~= 0 then return {m, string.format('%d', left)} end
-end
-local b = redis.call('HMGET', rb, 't', 'ts')
-local rate = rpm / 60000
-local tokens = tonumber(b[1]) or rpm
-local ts = tonumber(b[2]) or now
-tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
-local mineN = tonumber(redis.call('HGET', sum, 'n:' .. kid) or '0')
-if tokens < 1 then
-  redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-  redis.call('PEXPIRE', rb, 120000)
-  return {3, 0, math.ceil((rpm - tokens) / rate), math.ceil((1 - tokens) / rate)}
-end
-if mineN >= conc then
-  redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-  redis.call('PEXPIRE', rb, 120000)
-  return {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}
-end
-local qspec, qout = ARGV[17], {}
-if qspec ~= '' then
-  local qk = qbase(sum) .. ':q:' .. kid
-  for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
-    local limit, need = tonumber(l), tonumber(n)
-    local v = qlevel(qk, d, limit, now)
-    if v < need then
-      redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-      redis.call('PEXPIRE', rb, 120000)
-      return {5, d, math.floor(v), math.ceil((limit - v) * 60000 / limit), math.ceil((need - v) * 60000 / limit), math.floor(tokens), math.ceil((rpm - tokens) / rate)}
+local function admit1(a)
+  local rid, kid, hold = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  local rpm, conc, withMoney = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]
+  local ttl = tonumber(ARGV[a + 13])
+  local rb = qbase(sum) .. ':rpm:' .. kid
+  if withMoney == '1' then
+    local m, left = money(sum, kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
+    if m ~= 0 then return {m, string.format('%d', left)}, 0 end
+  end
+  local b = redis.call('HMGET', rb, 't', 'ts')
+  local rate = rpm / 60000
+  local tokens = tonumber(b[1]) or rpm
+  local ts = tonumber(b[2]) or now
+  tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
+  local mineN = tonumber(redis.call('HGET', sum, 'n:' .. kid) or '0')
+  if tokens < 1 then
+    redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
+    redis.call('PEXPIRE', rb, 120000)
+    return {3, 0, math.ceil((rpm - tokens) / rate), math.ceil((1 - tokens) / rate)}, 0
+  end
+  if mineN >= conc then
+    redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
+    redis.call('PEXPIRE', rb, 120000)
+    return {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}, 0
+  end
+  local qspec, qout = ARGV[a + 15], {}
+  if qspec ~= '' then
+    local qk = qbase(sum) .. ':q:' .. kid
+    for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+      local limit, need = tonumber(l), tonumber(n)
+      local v = qlevel(qk, d, limit, now)
+      if v < need then
+        redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
+        redis.call('PEXPIRE', rb, 120000)
+        return {5, d, math.floor(v), math.ceil((limit - v) * 60000 / limit), math.ceil((need - v) * 60000 / limit), math.floor(tokens), math.ceil((rpm - tokens) / rate)}, 0
+      end
     end
+    for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+      local limit = tonumber(l)
+      local v = qlevel(qk, d, limit, now) - tonumber(n)
+      qset(qk, d, limit, v, now)
+      table.insert(qout, d); table.insert(qout, math.floor(v)); table.insert(qout, math.ceil((limit - v) * 60000 / limit))
+    end
+    local resv = qbase(sum) .. ':resv'
+    redis.call('HSET', resv, rid, kid .. '|' .. qspec)
+    redis.call('PEXPIRE', resv, ttl + 60000)
   end
-  for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
-    local limit = tonumber(l)
-    local v = qlevel(qk, d, limit, now) - tonumber(n)
-    qset(qk, d, limit, v, now)
-    table.insert(qout, d); table.insert(qout, math.floor(v)); table.insert(qout, math.ceil((limit - v) * 60000 / limit))
-  end
-  local resv = qbase(sum) .. ':resv'
-  redis.call('HSET', resv, rid, kid .. '|' .. qspec)
-  redis.call('PEXPIRE', resv, ttl + 60000)
+  tokens = tokens - 1
+  redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
+  redis.call('PEXPIRE', rb, 120000)
+  redis.call('HSET', holds, rid, kid .. '|' .. hold .. '|' .. owner)
+  redis.call('ZADD', exp, now + ttl, rid)
+  add(sum, kid, hold)
+  redis.call('HINCRBY', sum, 'n:' .. kid, 1)
+  return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}, ttl
 end
-tokens = tokens - 1
-redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-redis.call('PEXPIRE', rb, 120000)
-redis.call('HSET', holds, rid, kid .. '|' .. hold .. '|' .. owner)
-redis.call('ZADD', exp, now + ttl, rid)
-add(sum, kid, hold)
-redis.call('HINCRBY', sum, 'n:' .. kid, 1)
-for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, ttl + 60000) end
-idle_expiry(sum, pend, ttl + 60000)
-return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}
+local out, longest = {}, 0
+for a = 2, #ARGV, ${ADMIT_ARGS} do
+  local reply, ttl = admit1(a)
+  table.insert(out, reply)
+  if ttl > longest then longest = ttl end
+end
+-- The hold records outlive the longest hold placed (each expires on its own in exp).
+if longest > 0 then
+  for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, longest + 60000) end
+  idle_expiry(sum, pend, longest + 60000)
+end
+return out
 `;
 
 // KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token) cover quotas
@@ -375,7 +394,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LI
 `;
 
 type Scripted = RedisClient & {
-  tgAdmit(...args: string[]): Promise<(number | string)[]>;
+  tgAdmit(...args: string[]): Promise<(number | string)[][]>;
   tgRelease(...args: string[]): Promise<number>;
   tgExtend(...args: string[]): Promise<(number | string)[]>;
   tgShrink(...args: string[]): Promise<number>;
@@ -406,11 +425,36 @@ function inCalls<T>(items: readonly T[], call: (part: readonly T[]) => Promise<u
 export const HEARTBEAT_MS = 1000;
 export const DEAD_AFTER_MS = 5000;
 
+/** One request's reply from the admission script (ADMIT). */
+function admitOutcome(r: (number | string)[], i: AdmitInput): AdmitOutcome {
+  switch (r[0]) {
+    case 0: {
+      if (r.length <= 3) return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]) };
+      const quotas: QuotaState[] = [];
+      for (let j = 3; j + 2 < r.length; j += 3) {
+        const dim = r[j] as QuotaDim;
+        quotas.push({ dim, limit: i.quotas!.find((q) => q.dim === dim)!.limit, remaining: Math.max(0, Number(r[j + 1])), resetMs: Number(r[j + 2]) });
+      }
+      return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]), quotas };
+    }
+    case 5: {
+      const q = i.quotas!.find((x) => x.dim === r[1])!;
+      return { ok: false, reason: 'quota_exceeded', quota: { dim: q.dim, limit: q.limit, remaining: Math.max(0, Number(r[2])), resetMs: Number(r[3]) },
+        need: q.need, retryMs: Number(r[4]), remaining: Number(r[5]), resetMs: Number(r[6]) };
+    }
+    case 1: return { ok: false, reason: 'insufficient_balance', available: BigInt(r[1]!) };
+    case 2: return { ok: false, reason: 'key_spend_limit_reached', available: BigInt(r[1]!) };
+    case 3: return { ok: false, reason: 'rate_limit_exceeded', remaining: 0, resetMs: Number(r[2]), retryMs: Number(r[3]) };
+    default: return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: Number(r[1]), remaining: Number(r[2]), resetMs: Number(r[3]) };
+  }
+}
+
 export class RedisLimiter implements Limiter {
   readonly kind = 'redis' as const;
   /** This process's name in hold and debit records. */
   readonly owner = `i${randomBytes(6).toString('hex')}`;
   private readonly redis: Scripted;
+  private admits = new Map<string, { i: AdmitInput; resolve: (o: AdmitOutcome) => void; reject: (e: unknown) => void }[]>();
   private releases = new Map<string, Batch<string>>();
   private settles = new Map<string, Batch<[string, PendingDebit, boolean, bigint, string, string]>>();
   private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
@@ -433,7 +477,7 @@ export class RedisLimiter implements Limiter {
       this.readyAt = Date.now();
       (r as Scripted).tgBeat(this.instancesKey(), this.owner).catch(() => undefined);
     });
-    r.defineCommand('tgAdmit', { numberOfKeys: 6, lua: ADMIT });
+    r.defineCommand('tgAdmit', { numberOfKeys: 5, lua: ADMIT });
     r.defineCommand('tgRelease', { numberOfKeys: 4, lua: RELEASE });
     r.defineCommand('tgExtend', { numberOfKeys: 4, lua: EXTEND });
     r.defineCommand('tgShrink', { numberOfKeys: 2, lua: SHRINK });
@@ -485,33 +529,42 @@ export class RedisLimiter implements Limiter {
     this.redis.sadd(this.accountsOf(this.owner), accountId).catch(() => this.listed.delete(accountId));
   }
 
-  async admit(i: AdmitInput): Promise<AdmitOutcome> {
+  /**
+   * Queues the admission; the turn's admissions of each account go as one script call (after the
+   * turn's I/O, in `setImmediate`), each decided in order as if it were alone. The call's fixed cost
+   * (the script's start, Redis's clock, expired holds swept, the records' expiry) is paid once a turn.
+   */
+  admit(i: AdmitInput): Promise<AdmitOutcome> {
     this.list(i.accountId);
-    const [sum, holds, exp, run, pend] = this.keys(i.accountId);
-    const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
-    const r = await this.redis.tgAdmit(sum, holds, exp, run, pend, this.rpmKey(i.accountId, i.keyId),
-      i.holdId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.money ? '1' : '0',
-      i.balance.amount.toString(), i.balance.version.toString(), i.ceiling === null ? '' : i.ceiling.toString(),
-      field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs), this.owner, i.cover ? '1' : '', quotaArg(i.quotas));
-    switch (r[0]) {
-      case 0: {
-        if (r.length <= 3) return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]) };
-        const quotas: QuotaState[] = [];
-        for (let j = 3; j + 2 < r.length; j += 3) {
-          const dim = r[j] as QuotaDim;
-          quotas.push({ dim, limit: i.quotas!.find((q) => q.dim === dim)!.limit, remaining: Math.max(0, Number(r[j + 1])), resetMs: Number(r[j + 2]) });
+    return new Promise<AdmitOutcome>((resolve, reject) => {
+      let q = this.admits.get(i.accountId);
+      if (!q) {
+        if (this.admits.size === 0) setImmediate(() => this.flushAdmits());
+        q = [];
+        this.admits.set(i.accountId, q);
+      }
+      q.push({ i, resolve, reject });
+    });
+  }
+
+  private flushAdmits(): void {
+    const due = this.admits;
+    this.admits = new Map();
+    for (const [accountId, queued] of due) {
+      const [sum, holds, exp, run, pend] = this.keys(accountId);
+      for (let s = 0; s < queued.length; s += MAX_PER_CALL) {
+        const part = queued.slice(s, s + MAX_PER_CALL);
+        const args: string[] = [this.owner];
+        for (const { i } of part) {
+          args.push(i.holdId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.money ? '1' : '0',
+            i.balance.amount.toString(), i.balance.version.toString(), i.ceiling === null ? '' : i.ceiling.toString(),
+            `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(),
+            String(i.ttlMs), i.cover ? '1' : '', quotaArg(i.quotas));
         }
-        return { ok: true, remaining: Number(r[1]), resetMs: Number(r[2]), quotas };
+        this.redis.tgAdmit(sum, holds, exp, run, pend, ...args).then(
+          (replies) => { for (let j = 0; j < part.length; j++) part[j]!.resolve(admitOutcome(replies[j]!, part[j]!.i)); },
+          (e: unknown) => { for (const p of part) p.reject(e); });
       }
-      case 5: {
-        const q = i.quotas!.find((x) => x.dim === r[1])!;
-        return { ok: false, reason: 'quota_exceeded', quota: { dim: q.dim, limit: q.limit, remaining: Math.max(0, Number(r[2])), resetMs: Number(r[3]) },
-          need: q.need, retryMs: Number(r[4]), remaining: Number(r[5]), resetMs: Number(r[6]) };
-      }
-      case 1: return { ok: false, reason: 'insufficient_balance', available: BigInt(r[1]!) };
-      case 2: return { ok: false, reason: 'key_spend_limit_reached', available: BigInt(r[1]!) };
-      case 3: return { ok: false, reason: 'rate_limit_exceeded', remaining: 0, resetMs: Number(r[2]), retryMs: Number(r[3]) };
-      default: return { ok: false, reason: 'concurrency_limit_exceeded', inFlight: Number(r[1]), remaining: Number(r[2]), resetMs: Number(r[3]) };
     }
   }
 
