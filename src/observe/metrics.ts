@@ -70,7 +70,7 @@ export class Metrics {
     out.push(`tollgate_in_flight_requests ${this.inFlight()}`);
     out.push('# HELP tollgate_open_holds In-flight spend holds this instance has placed.', '# TYPE tollgate_open_holds gauge');
     out.push(`tollgate_open_holds ${this.openHolds()}`);
-    out.push('# HELP tollgate_key_store_lookups_total Keys not in memory looked up in the store (bounded a second).', '# TYPE tollgate_key_store_lookups_total counter');
+    out.push('# HELP tollgate_key_store_lookups_total Store reads for keys and client secrets not in memory: single-key lookups and reads of the change feed a miss waits for (both bounded a second).', '# TYPE tollgate_key_store_lookups_total counter');
     out.push(`tollgate_key_store_lookups_total ${this.keyLookups()}`);
     out.push('# HELP tollgate_pending_debits Priced debits made durable by this instance and not yet committed to the ledger.', '# TYPE tollgate_pending_debits gauge');
     out.push(`tollgate_pending_debits ${this.pendingDebits()}`);
