@@ -40,17 +40,22 @@ export class StateCache implements SettleListener {
   /** Realtime client secrets by hash: the live ones, and those expired within EXPIRED_SECRETS_KEPT_MS (dropped at each poll past that). */
   private readonly secrets = new Map<string, SecretRecord>();
   private secretVersion = 0n;
-  private readonly secretFeed = new FeedRead(() => this.syncSecrets(), () => { this.missLookups++; });
-  private readonly keyFeed = new FeedRead(() => this.syncKeys(), () => { this.missLookups++; });
+  private readonly secretFeed = new FeedRead(() => this.syncSecrets());
+  private readonly keyFeed = new FeedRead(() => this.syncKeys());
   /** Who follows a key (an open session): told when the feed shows it revoked. */
   private readonly keyWatchers = new Map<string, Set<(rec: KeyRecord) => void>>();
-  /** Store lookups of hashes not in memory (for tests and metrics). */
-  missLookups = 0;
+  /** Single-key lookups made for hashes not in memory. */
+  private keyLookups = 0;
   private acctVersion = 0n;
   private spendVersion = 0n;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly db: Db) {}
+
+  /** Store reads for hashes not in memory, single-key lookups and feed reads alike (for tests and metrics). */
+  get missLookups(): number {
+    return this.keyLookups + this.keyFeed.reads + this.secretFeed.reads;
+  }
 
   /**
    * Authenticates a key hash from memory. A hash not in memory costs a query of its own within a small
@@ -82,7 +87,7 @@ export class StateCache implements SettleListener {
     b.at = now;
     if (b.tokens < 1) return false;
     b.tokens -= 1;
-    this.missLookups++;
+    this.keyLookups++;
     return true;
   }
 
@@ -286,8 +291,10 @@ class FeedRead {
   private upcoming: Promise<void> | null = null;
   private running: Promise<void> = Promise.resolve();
   private startedAt = 0;
+  /** Reads started. */
+  reads = 0;
 
-  constructor(private readonly read: () => Promise<void>, private readonly counted: () => void) {}
+  constructor(private readonly read: () => Promise<void>) {}
 
   next(): Promise<void> {
     this.upcoming ??= (async () => {
@@ -296,7 +303,7 @@ class FeedRead {
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
       this.upcoming = null; // a miss from now on needs a read that starts after it
       this.startedAt = Date.now();
-      this.counted();
+      this.reads++;
       this.running = this.read().catch(() => undefined);
       await this.running;
     })();

@@ -425,6 +425,11 @@ function inCalls<T>(items: readonly T[], call: (part: readonly T[]) => Promise<u
 export const HEARTBEAT_MS = 1000;
 export const DEAD_AFTER_MS = 5000;
 
+/** The account hash's field of a key's committed spend in its day or month ("start|spent|version"). */
+function spendField(period: 'day' | 'month', keyId: string): string {
+  return `${period === 'day' ? 'sd' : 'sm'}:${keyId}`;
+}
+
 /** One request's reply from the admission script (ADMIT). */
 function admitOutcome(r: (number | string)[], i: AdmitInput): AdmitOutcome {
   switch (r[0]) {
@@ -552,25 +557,25 @@ export class RedisLimiter implements Limiter {
     this.admits = new Map();
     for (const [accountId, queued] of due) {
       const [sum, holds, exp, run, pend] = this.keys(accountId);
-      for (let s = 0; s < queued.length; s += MAX_PER_CALL) {
-        const part = queued.slice(s, s + MAX_PER_CALL);
+      void inCalls(queued, (part) => {
         const args: string[] = [this.owner];
         for (const { i } of part) {
           args.push(i.holdId, i.keyId, i.hold.toString(), String(i.rpm), String(i.concurrency), i.money ? '1' : '0',
             i.balance.amount.toString(), i.balance.version.toString(), i.ceiling === null ? '' : i.ceiling.toString(),
-            `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(),
+            spendField(i.spent.period, i.keyId), i.spent.start, i.spent.amount.toString(), i.spent.version.toString(),
             String(i.ttlMs), i.cover ? '1' : '', quotaArg(i.quotas));
         }
-        this.redis.tgAdmit(sum, holds, exp, run, pend, ...args).then(
+        // Each request's answer or the call's error reaches its own caller: the slice's promise never rejects.
+        return this.redis.tgAdmit(sum, holds, exp, run, pend, ...args).then(
           (replies) => { for (let j = 0; j < part.length; j++) part[j]!.resolve(admitOutcome(replies[j]!, part[j]!.i)); },
           (e: unknown) => { for (const p of part) p.reject(e); });
-      }
+      });
     }
   }
 
   async extend(i: ExtendInput): Promise<ExtendOutcome> {
     const [sum, holds, exp] = this.keys(i.accountId);
-    const field = `${i.spent.period === 'day' ? 'sd' : 'sm'}:${i.keyId}`;
+    const field = spendField(i.spent.period, i.keyId);
     const r = await this.redis.tgExtend(sum, holds, exp, this.rpmKey(i.accountId, i.keyId), i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
       i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs),
       i.rpm === undefined ? '' : String(i.rpm), i.cover ? '1' : '', quotaArg(i.quotas));
@@ -650,7 +655,7 @@ export class RedisLimiter implements Limiter {
       for (const { state } of b.items) {
         if (state.balance && (!bal || state.balance.version > bal.version)) bal = state.balance;
         for (const s of state.spends) {
-          const f = `${s.period === 'day' ? 'sd' : 'sm'}:${s.keyId}`;
+          const f = spendField(s.period, s.keyId);
           const cur = spends.get(f);
           if (!cur || s.start > cur.start || (s.start === cur.start && s.version > cur.version)) spends.set(f, s);
         }
