@@ -173,6 +173,18 @@ const h = await hashPassword('a long enough password'); console.log(JSON.stringi
   assert.deepEqual(JSON.parse(stdout.trim().split('\n').at(-1)), { n: 42, ok: true });
 });
 
+test('the embedded store survives its connection being replaced: the next statement, a named one too, runs (pglite)', async (t) => {
+  const db = await STORES.pglite(t);
+  const named = () => db.query({ name: 'tollgate_test_named', text: 'SELECT $1::int + 1 AS n', values: [41] });
+  assert.equal((await named()).rows[0].n, 42);
+  for (let i = 0; i < 3; i++) {
+    // The pool's one connection dropped (as after an error) and at once replaced by a new one.
+    const c = await db.pool.connect();
+    c.release(true);
+    assert.equal((await named()).rows[0].n, 42, `after replacement ${i + 1}`);
+  }
+});
+
 test('the embedded store runs its statements beside the event loop: a long one holds no timer (pglite)', async (t) => {
   const db = await STORES.pglite(t);
   // What a request meets while the store works: each 10 ms timer's lateness, sampled through the statement.

@@ -88,6 +88,10 @@ export async function openPglite(dataDir: string): Promise<Db> {
   const stop = await startPgliteWorker({ pgDir, sockPath, conf: PGLITE_CONF });
   const pool = new pg.Pool({ host: sockDir, port: 5432, user: 'postgres', database: 'postgres', max: 1 });
   pool.on('error', () => undefined);
+  // PGlite keeps one session for every socket connection: a connection that replaces a lost one starts
+  // without the statements its predecessor prepared, as a new PostgreSQL session would (else every
+  // named statement, the settle's among them, failed from then on with "already exists").
+  pool.on('connect', (client) => { client.query('DEALLOCATE ALL').catch(() => undefined); });
   const db = new PoolDb('pglite', pool, stop);
   try {
     await migrate(db);

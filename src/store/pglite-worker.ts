@@ -18,7 +18,9 @@ const send = (m: PgliteWorkerMessage): void => port.postMessage(m);
 
 try {
   const pglite = await PGlite.create(pgDir, { postgresqlconf: conf });
-  const server = new PGLiteSocketServer({ db: pglite, path: sockPath, maxConnections: 1 });
+  // The gateway's pool holds one connection; a second is only its replacement, arriving before this thread
+  // has seen the old one close (with 1 it was reset: ECONNRESET).
+  const server = new PGLiteSocketServer({ db: pglite, path: sockPath, maxConnections: 2 });
   await server.start();
   // The one message the parent sends: stop serving and close the database cleanly, then say so.
   port.once('message', () => {
