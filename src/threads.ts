@@ -4,7 +4,10 @@ import { Worker, type WorkerOptions } from 'node:worker_threads';
 
 /** A worker thread running `entry`, with the parent's Node options less those a file entry refuses. */
 export function startThread(entry: URL, options: WorkerOptions = {}): Worker {
-  return new Worker(entry, { execArgv: threadExecArgv(process.execArgv), ...options });
+  // Given only when something must go: a thread given execArgv refuses process-wide options in it
+  // (Node 24 under its test runner: ERR_WORKER_INVALID_EXEC_ARGV), which it ignores when it inherits them.
+  const execArgv = threadExecArgv(process.execArgv);
+  return new Worker(entry, execArgv.length === process.execArgv.length ? options : { execArgv, ...options });
 }
 
 /**
