@@ -89,6 +89,35 @@ test('a settled debit counts against the balance at its actual amount until it i
   }
 });
 
+test('a commit record clears each pending debit it names once (an id named twice, an unknown id, a zero debit among them) and leaves no counter behind', async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const l = await redisLimiter(t, prefix);
+  const sumOf = () => l.redis.hgetall(`${prefix}{g}:holdsum`);
+  // Three debits of two keys pending, and a fourth hold still open.
+  for (const [id, key, hold, amount] of [['g0', 'k1', 2_000n, 1_500n], ['g1', 'k2', 2_000n, 700n], ['g2', 'k1', 500n, 0n]]) {
+    assert.equal((await admit(l, 'g', id, hold, 100_000n, { keyId: key })).ok, true);
+    await l.settle(id, debit('g', id, amount, key), true);
+  }
+  assert.equal((await admit(l, 'g', 'g3', 300n, 100_000n, { keyId: 'k2' })).ok, true);
+  const before = await sumOf();
+  assert.equal(before.pending, '2200');
+  assert.equal(before.total, '2500', 'pending 2,200 and held 300');
+  // Committed in one turn: g0 named twice, g1, g2 (a zero debit) and an id this Redis never saw.
+  await Promise.all([
+    l.committed('g', ['g0', 'nope', 'g0'], { balance: { amount: 97_800n, version: 2n }, spends: [] }),
+    l.committed('g', ['g1', 'g2'], { balance: null, spends: [] }),
+  ]);
+  const after = await sumOf();
+  assert.equal(await l.redis.hlen(`${prefix}{g}:pend`), 0, 'no pending record is left');
+  assert.equal(after.total, '300', 'only the open hold is counted: each debit came off once');
+  assert.equal(after['a:k2'], '300');
+  for (const f of ['pending', 'p:k1', 'p:k2', 'a:k1']) assert.equal(after[f], undefined, `${f} is removed at 0`);
+  assert.equal(after.bal, '97800');
+  // What is left for the account: the committed balance less the open hold.
+  assert.deepEqual(await admit(l, 'g', 'g4', 97_501n, 97_800n, { version: 2n, cover: true, keyId: 'k2' }),
+    { ok: false, reason: 'insufficient_balance', available: 97_500n });
+});
+
 test('the key ceiling counts pending debits and takes the newest committed spend', async (t) => {
   for (const l of await limiters(t)) {
     const o = { ceiling: 5_000n, spent: 1_000n };
@@ -336,6 +365,52 @@ test('20,000 holds of one account admitted in one turn, then 10,000 settled and 
   // Pending are 7 x 10,000 = 70,000 of a 200,000 balance: 130,000 can be held, and not a unit more.
   assert.equal((await admit(l, 'z', 'zfit', 130_000n, 200_000n, { concurrency: 100_000 })).ok, true, 'every debit counts, at its amount');
   assert.equal((await admit(l, 'z', 'zover', 1n, 200_000n, { concurrency: 100_000 })).ok, false);
+});
+
+test('a turn of admissions of one account under key ceilings, with newer committed balance and spend arriving within it, gets the same answers and leaves the same record in Redis as one at a time', async (t) => {
+  // [hold id, key, amount, options], in the order they arrive in the turn. Balance 10,000 (version 1); ka's ceiling 3,000, 500 spent.
+  const asks = [
+    ['c1', 'ka', 1_000n, {}],
+    ['c2', 'ka', 1_000n, {}],
+    ['c3', 'ka', 400n, { cover: true }],                                // the 500 left of ka's ceiling covers it
+    ['c4', 'kb', 2_000n, {}],
+    ['c5', 'ka', 200n, { cover: true }],                                // 100 left: refused
+    ['c6', 'kb', 2_000n, { balance: 4_000n, version: 2n }],             // a newer committed balance: 4,000 less 4,400 held
+    ['c7', 'ka', 50n, { balance: 20_000n, version: 3n, spent: 0n, spentVersion: 2n, start: 'old' }], // a newer balance; an older period's spend, not taken
+    ['c8', 'ka', 50n, { balance: 20_000n, version: 3n, spent: 2_900n, spentVersion: 3n }], // a newer spend: 2,900 + 2,450 held
+    ['c9', 'kc', 0n, { balance: 20_000n, version: 3n }],               // a zero hold: a slot, no money
+    ['c10', 'kb', 3_000n, { balance: 20_000n, version: 3n, cover: true }],
+  ];
+  const ask = (l, [id, key, amount, o]) => l.admit({
+    holdId: id, accountId: 'ceil', keyId: key, rpm: 1_000_000, concurrency: 1_000, money: true, hold: amount,
+    balance: { amount: o.balance ?? 10_000n, version: o.version ?? 1n }, ceiling: key === 'ka' ? 3_000n : null,
+    spent: { period: 'month', start: o.start === 'old' ? '1999-01-01' : NOW, amount: o.spent ?? 500n, version: o.spentVersion ?? 1n }, ttlMs: 60_000, cover: o.cover,
+  });
+  const gist = (o) => (o.ok ? 'ok' : `${o.reason}${o.available !== undefined ? ` ${o.available}` : ''}`);
+  const expected = ['ok', 'ok', 'ok', 'ok', 'key_spend_limit_reached 100', 'insufficient_balance -400', 'ok', 'key_spend_limit_reached -2350', 'ok', 'ok'];
+  const record = async (l, prefix) => {
+    const r = l.redis;
+    const sum = await r.hgetall(`${prefix}{ceil}:holdsum`);
+    const holds = await r.hgetall(`${prefix}{ceil}:holds`);
+    for (const k of Object.keys(holds)) holds[k] = holds[k].replace(/\|[^|]*$/, ''); // less the owner
+    return { sum, holds, expiring: await r.zcard(`${prefix}{ceil}:holdexp`) };
+  };
+  const pa = `tgtest:${randomBytes(5).toString('hex')}:`, pb = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const alone = await redisLimiter(t, pa);
+  const oneByOne = [];
+  for (const a of asks) oneByOne.push(gist(await ask(alone, a)));
+  const together = await redisLimiter(t, pb);
+  const inOneTurn = (await Promise.all(asks.map((a) => ask(together, a)))).map(gist);
+  assert.deepEqual(oneByOne, expected, 'one at a time');
+  assert.deepEqual(inOneTurn, expected, 'in one turn');
+  const [ra, rb] = [await record(alone, pa), await record(together, pb)];
+  assert.deepEqual(rb, ra, 'the same record in Redis');
+  assert.equal(ra.sum.total, '7450');
+  assert.equal(ra.sum['a:ka'], '2450');
+  assert.equal(ra.sum['n:ka'], '4');
+  assert.equal(ra.sum.bal, '20000');
+  assert.equal(ra.sum[`sm:ka`], `${NOW}|2900|3`);
+  assert.equal(ra.expiring, 7);
 });
 
 test('a turn of admissions over two accounts is decided in order, each as if alone (the same answers as one at a time), in one script call per account', async (t) => {

@@ -124,6 +124,34 @@ local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need
   if left <= 0 or (cover == '1' and left < tonumber(need)) then return 2, left end
   return 0, 0
 end
+-- A call's moves of the sum hash's counters (total, a:/p:/n: fields, pending), written once per field at the
+-- end (flush): a script runs alone, so no one sees the deferred write, and the final value is what moving
+-- each at once would leave; a field left at 0 is removed, except total. A move of more digits than a Lua
+-- number adds exactly is written at once. value(f) is the field as the moves so far left it.
+local function counters(sum)
+  local c, delta, base, order = {}, {}, {}, {}
+  local function touch(f) if not delta[f] then delta[f] = 0; table.insert(order, f) end end
+  local function write(f, text)
+    local v = redis.call('HINCRBY', sum, f, text)
+    if v == 0 and f ~= 'total' then redis.call('HDEL', sum, f) end
+    if base[f] then base[f] = v end
+  end
+  function c.flush(f)
+    if delta[f] ~= 0 then write(f, string.format('%d', delta[f])); delta[f] = 0 end
+  end
+  function c.move(f, text)
+    touch(f)
+    if string.len(text) > 15 or math.abs(delta[f]) >= 2 ^ 52 then c.flush(f); write(f, text); return end
+    delta[f] = delta[f] + tonumber(text)
+  end
+  function c.value(f)
+    touch(f)
+    if not base[f] then base[f] = tonumber(redis.call('HGET', sum, f) or '0') end
+    return base[f] + delta[f]
+  end
+  function c.flushAll() for _, f in ipairs(order) do c.flush(f) end end
+  return c
+end
 local function idle_expiry(sum, pend, ms)
   if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
 end
@@ -138,29 +166,79 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
 for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do drop(sum, holds, exp, run, r) end
+-- The call reads each field it needs once and makes each write once, at the end: the script runs alone,
+-- so a deferred write is seen by no one else, and each request is decided on the values the requests
+-- before it in the call left, exactly as if each were its own call. A value is kept as the text Redis
+-- would hold (a bucket's level is re-read from tostring, as it would be from Redis).
+local acc = nil                  -- the committed balance: bal, bver (text), dirty
+local fields = {}                -- spend field -> {v = text or false, dirty}
+local cnt = counters(sum)        -- total, a:<key>, n:<key>
+local buckets = {}               -- bucket key -> {t = text or false, ts = text or false, dirty}
+local bucketOrder = {}
+local placed, expiring = {}, {}  -- HSET holds / ZADD exp arguments
+local function field(f)
+  local x = fields[f]
+  if not x then x = {v = redis.call('HGET', sum, f)}; fields[f] = x end
+  return x
+end
+local function bucket(rb)
+  local b = buckets[rb]
+  if not b then
+    local v = redis.call('HMGET', rb, 't', 'ts')
+    b = {t = v[1], ts = v[2]}
+    buckets[rb] = b
+    table.insert(bucketOrder, rb)
+  end
+  return b
+end
+local function setBucket(rb, tokens)
+  local b = bucket(rb)
+  b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
+end
+-- The money rule of LIB's money(), on the call's view.
+local function money1(k, bal, bver, ceiling, f, start, spent, sver, need, cover)
+  if not acc then
+    local v = redis.call('HMGET', sum, 'bal', 'bver')
+    acc = {bal = v[1], bver = v[2]}
+  end
+  if bal ~= '' and (not acc.bver or tonumber(acc.bver) < tonumber(bver)) then acc.bal, acc.bver, acc.dirty = bal, bver, true end
+  local x = field(f)
+  local newer = true
+  if x.v then
+    local s0, _, v0 = string.match(x.v, '^([^|]*)|(%d+)|(%d+)$')
+    if s0 > start or (s0 == start and tonumber(v0) >= tonumber(sver)) then newer = false end
+  end
+  if newer then x.v, x.dirty = start .. '|' .. spent .. '|' .. sver, true end
+  local avail = tonumber(acc.bal) - cnt.value('total')
+  if avail <= 0 or (cover == '1' and avail < tonumber(need)) then return 1, avail end
+  if ceiling == '' then return 0, 0 end
+  local s0, used = string.match(x.v, '^([^|]*)|(%d+)|')
+  if s0 ~= start then used = '0' end
+  local left = tonumber(ceiling) - tonumber(used) - cnt.value('a:' .. k)
+  if left <= 0 or (cover == '1' and left < tonumber(need)) then return 2, left end
+  return 0, 0
+end
 local function admit1(a)
   local rid, kid, hold = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local rpm, conc, withMoney = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]
   local ttl = tonumber(ARGV[a + 13])
   local rb = qbase(sum) .. ':rpm:' .. kid
   if withMoney == '1' then
-    local m, left = money(sum, kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
+    local m, left = money1(kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
     if m ~= 0 then return {m, string.format('%d', left)}, 0 end
   end
-  local b = redis.call('HMGET', rb, 't', 'ts')
+  local b = bucket(rb)
   local rate = rpm / 60000
-  local tokens = tonumber(b[1]) or rpm
-  local ts = tonumber(b[2]) or now
+  local tokens = tonumber(b.t) or rpm
+  local ts = tonumber(b.ts) or now
   tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
-  local mineN = tonumber(redis.call('HGET', sum, 'n:' .. kid) or '0')
+  local mineN = cnt.value('n:' .. kid)
   if tokens < 1 then
-    redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-    redis.call('PEXPIRE', rb, 120000)
+    setBucket(rb, tokens)
     return {3, 0, math.ceil((rpm - tokens) / rate), math.ceil((1 - tokens) / rate)}, 0
   end
   if mineN >= conc then
-    redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-    redis.call('PEXPIRE', rb, 120000)
+    setBucket(rb, tokens)
     return {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}, 0
   end
   local qspec, qout = ARGV[a + 15], {}
@@ -170,8 +248,7 @@ local function admit1(a)
       local limit, need = tonumber(l), tonumber(n)
       local v = qlevel(qk, d, limit, now)
       if v < need then
-        redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-        redis.call('PEXPIRE', rb, 120000)
+        setBucket(rb, tokens)
         return {5, d, math.floor(v), math.ceil((limit - v) * 60000 / limit), math.ceil((need - v) * 60000 / limit), math.floor(tokens), math.ceil((rpm - tokens) / rate)}, 0
       end
     end
@@ -186,12 +263,14 @@ local function admit1(a)
     redis.call('PEXPIRE', resv, ttl + 60000)
   end
   tokens = tokens - 1
-  redis.call('HSET', rb, 't', tostring(tokens), 'ts', tostring(now))
-  redis.call('PEXPIRE', rb, 120000)
-  redis.call('HSET', holds, rid, kid .. '|' .. hold .. '|' .. owner)
-  redis.call('ZADD', exp, now + ttl, rid)
-  add(sum, kid, hold)
-  redis.call('HINCRBY', sum, 'n:' .. kid, 1)
+  setBucket(rb, tokens)
+  table.insert(placed, rid); table.insert(placed, kid .. '|' .. hold .. '|' .. owner)
+  table.insert(expiring, now + ttl); table.insert(expiring, rid)
+  if hold ~= '0' and hold ~= '-0' then
+    cnt.move('total', hold)
+    cnt.move('a:' .. kid, hold)
+  end
+  cnt.move('n:' .. kid, '1')
   return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}, ttl
 end
 local out, longest = {}, 0
@@ -199,6 +278,21 @@ for a = 2, #ARGV, ${ADMIT_ARGS} do
   local reply, ttl = admit1(a)
   table.insert(out, reply)
   if ttl > longest then longest = ttl end
+end
+-- The call's writes, each once.
+if acc and acc.dirty then redis.call('HSET', sum, 'bal', acc.bal, 'bver', acc.bver) end
+for f, x in pairs(fields) do if x.dirty then redis.call('HSET', sum, f, x.v) end end
+cnt.flushAll()
+for _, rb in ipairs(bucketOrder) do
+  local b = buckets[rb]
+  if b.dirty then
+    redis.call('HSET', rb, 't', b.t, 'ts', b.ts)
+    redis.call('PEXPIRE', rb, 120000)
+  end
+end
+if #placed > 0 then
+  redis.call('HSET', holds, unpack(placed))
+  redis.call('ZADD', exp, unpack(expiring))
 end
 -- The hold records outlive the longest hold placed (each expires on its own in exp).
 if longest > 0 then
@@ -325,15 +419,30 @@ return 1
 const COMMITTED = `${LIB}
 local sum, pend = KEYS[1], KEYS[2]
 local n = tonumber(ARGV[1])
-for i = 2, n + 1 do
-  local rec = redis.call('HGET', pend, ARGV[i])
-  if rec then
-    local k, amt = string.match(rec, '^([^|]*)|(%d+)|')
-    add(sum, k, neg(amt))
-    pending(sum, k, neg(amt))
-    redis.call('HDEL', pend, ARGV[i])
+-- The records are read and removed a thousand at a time, and each counter moved once (counters); an id
+-- given twice counts once.
+local cnt, seen = counters(sum), {}
+for i = 2, n + 1, 1000 do
+  local part = {}
+  for j = i, math.min(n + 1, i + 999) do
+    if not seen[ARGV[j]] then seen[ARGV[j]] = true; table.insert(part, ARGV[j]) end
+  end
+  if #part > 0 then
+    local recs, gone = redis.call('HMGET', pend, unpack(part)), {}
+    for j = 1, #part do
+      if recs[j] then
+        local k, amt = string.match(recs[j], '^([^|]*)|(%d+)|')
+        if amt ~= '0' then
+          local off = neg(amt)
+          cnt.move('total', off); cnt.move('a:' .. k, off); cnt.move('pending', off); cnt.move('p:' .. k, off)
+        end
+        table.insert(gone, part[j])
+      end
+    end
+    if #gone > 0 then redis.call('HDEL', pend, unpack(gone)) end
   end
 end
+cnt.flushAll()
 newer_balance(sum, ARGV[n + 2], ARGV[n + 3])
 local m = tonumber(ARGV[n + 4])
 for j = 0, m - 1 do
