@@ -118,6 +118,50 @@ test('a commit record clears each pending debit it names once (an id named twice
     { ok: false, reason: 'insufficient_balance', available: 97_500n });
 });
 
+test('a turn of settles of one account (finals freeing their slots, a session\'s part then its final, one debit recorded twice) leaves the same record in Redis as one at a time', async (t) => {
+  // [hold id, debit id, key, amount, final, covered]
+  const settles = [
+    ['h1', 'd1', 'k1', 700n, true],
+    ['s1', 's1#1', 'k2', 900n, false, 1_000n],   // a part: 1,000 of the session's 3,000 comes off its hold
+    ['h2', 'd2', 'k1', 1_200n, true],
+    ['s1', 's1#2', 'k2', 600n, false, 1_000n],
+    ['h3', 'd3', 'k1', 300n, true],
+    ['h3', 'd3', 'k1', 350n, true],              // the same debit again (a retry): replaces, never adds
+    ['s1', 's1#3', 'k2', 100n, true],            // the session ends: the rest of its hold is freed
+  ];
+  const record = async (prefix) => {
+    const r = new Redis(REDIS);
+    t.after(() => r.quit());
+    const sum = await r.hgetall(`${prefix}{st}:holdsum`);
+    const pend = await r.hgetall(`${prefix}{st}:pend`);
+    for (const k of Object.keys(pend)) pend[k] = pend[k].split('|').slice(0, 2).join('|'); // key and amount
+    return { sum, pend, holds: await r.hlen(`${prefix}{st}:holds`), expiring: await r.zcard(`${prefix}{st}:holdexp`) };
+  };
+  const out = [];
+  for (const together of [false, true]) {
+    const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+    const l = await redisLimiter(t, prefix);
+    for (const [id, amount, key] of [['h1', 1_000n, 'k1'], ['h2', 2_000n, 'k1'], ['h3', 500n, 'k1'], ['s1', 3_000n, 'k2'], ['h4', 400n, 'k3']]) {
+      assert.equal((await admit(l, 'st', id, amount, 100_000n, { keyId: key, concurrency: 3 })).ok, true);
+    }
+    const one = ([hold, id, key, amount, final, covered]) => l.settle(hold, debit('st', id, amount, key), final, covered ?? amount);
+    if (together) await Promise.all(settles.map(one));
+    else for (const x of settles) await one(x);
+    out.push(await record(prefix));
+    // k1's three slots are free again: three more holds of it fit under its concurrency of 3.
+    for (const id of ['n1', 'n2', 'n3']) assert.equal((await admit(l, 'st', id, 1n, 100_000n, { keyId: 'k1', concurrency: 3 })).ok, true, `${id} (together: ${together})`);
+  }
+  assert.deepEqual(out[1], out[0], 'the same record in Redis');
+  const [r] = out;
+  assert.deepEqual(r.pend, { d1: 'k1|700', d2: 'k1|1200', d3: 'k1|350', 's1#1': 'k2|900', 's1#2': 'k2|600', 's1#3': 'k2|100' });
+  assert.equal(r.sum.pending, '3850');
+  assert.equal(r.sum.total, '4250', 'pending 3,850 and h4\'s 400 held');
+  assert.equal(r.sum['n:k1'], undefined, 'no k1 hold open');
+  assert.equal(r.sum['n:k3'], '1');
+  assert.equal(r.holds, 1);
+  assert.equal(r.expiring, 1);
+});
+
 test('the key ceiling counts pending debits and takes the newest committed spend', async (t) => {
   for (const l of await limiters(t)) {
     const o = { ceiling: 5_000n, spent: 1_000n };

@@ -126,14 +126,15 @@ local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need
 end
 -- A call's moves of the sum hash's counters (total, a:/p:/n: fields, pending), written once per field at the
 -- end (flush): a script runs alone, so no one sees the deferred write, and the final value is what moving
--- each at once would leave; a field left at 0 is removed, except total. A move of more digits than a Lua
+-- each at once would leave; a field left at 0 is removed, except total (an n: field at or below 0, as
+-- drop() removes it). A move of more digits than a Lua
 -- number adds exactly is written at once. value(f) is the field as the moves so far left it.
 local function counters(sum)
   local c, delta, base, order = {}, {}, {}, {}
   local function touch(f) if not delta[f] then delta[f] = 0; table.insert(order, f) end end
   local function write(f, text)
     local v = redis.call('HINCRBY', sum, f, text)
-    if v == 0 and f ~= 'total' then redis.call('HDEL', sum, f) end
+    if (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') then redis.call('HDEL', sum, f) end
     if base[f] then base[f] = v end
   end
   function c.flush(f)
@@ -151,6 +152,41 @@ local function counters(sum)
   end
   function c.flushAll() for _, f in ipairs(order) do c.flush(f) end end
   return c
+end
+-- Runs cmd on key with the items as arguments, a thousand at a time.
+local function chunked(cmd, key, items)
+  for i = 1, #items, 1000 do redis.call(cmd, key, unpack(items, i, math.min(#items, i + 999))) end
+end
+-- A call's view of a hash: fields read ahead in one HMGET (load) or on first use, written and removed
+-- once at the end (flush), with the same effect as each write made at once.
+local function hashview(key)
+  local v, cache, sets, dels = {}, {}, {}, {}
+  function v.load(fields)
+    local part, seen = {}, {}
+    for _, f in ipairs(fields) do
+      if cache[f] == nil and not seen[f] then seen[f] = true; table.insert(part, f) end
+    end
+    for i = 1, #part, 1000 do
+      local last = math.min(#part, i + 999)
+      local r = redis.call('HMGET', key, unpack(part, i, last))
+      for j = i, last do cache[part[j]] = r[j - i + 1] end
+    end
+  end
+  function v.get(f)
+    local x = cache[f]
+    if x == nil then x = redis.call('HGET', key, f); cache[f] = x end
+    return x or nil
+  end
+  function v.set(f, val) cache[f] = val; sets[f] = true; dels[f] = nil end
+  function v.del(f) cache[f] = false; sets[f] = nil; dels[f] = true end
+  function v.flush()
+    local pairs_, gone = {}, {}
+    for f in pairs(sets) do table.insert(pairs_, f); table.insert(pairs_, cache[f]) end
+    for f in pairs(dels) do table.insert(gone, f) end
+    if #pairs_ > 0 then chunked('HSET', key, pairs_) end
+    if #gone > 0 then chunked('HDEL', key, gone) end
+  end
+  return v
 end
 local function idle_expiry(sum, pend, ms)
   if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
@@ -378,40 +414,73 @@ return #ARGV
 // KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final covered used freed
 // freed: a part's usage reservation, given back (and taken off the hold's record) before its use is taken.
 const SETTLE = `${LIB}
+local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
 local now = qnow()
+-- The call's holds and debit records are read ahead in one HMGET each, its counters moved once each
+-- (counters), and its writes made once at the end: the script runs alone, so each debit sees what the
+-- ones before it in the call left, as if each were its own call. A usage reservation (resv) is read
+-- only when the account has one: a settle never makes one.
+local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
+local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
+local expGone, runGone, hids, dids = {}, {}, {}, {}
+for i = 2, #ARGV, 9 do table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1]) end
+H.load(hids)
+P.load(dids)
+local function both(k, amt)
+  if amt == '0' or amt == '-0' then return end
+  cnt.move('total', amt); cnt.move('a:' .. k, amt)
+end
+-- drop() on the call's view: frees hold r (its amount, its slot, its running record).
+local function dropc(r)
+  if hasResv then qrefund(sum, r) end
+  table.insert(expGone, r); table.insert(runGone, r)
+  local rec = H.get(r)
+  if not rec then return end
+  local k, amt = string.match(rec, '^([^|]*)|(%d+)')
+  both(k, neg(amt))
+  cnt.move('n:' .. k, '-1')
+  H.del(r)
+end
 for i = 2, #ARGV, 9 do
-  if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not redis.call('HGET', KEYS[5], ARGV[i + 1]) then
-    qmove(KEYS[1], ARGV[i + 2], ARGV[i + 8], 1, now)
-    qresv(KEYS[1], ARGV[i], ARGV[i + 2], ARGV[i + 8], -1)
+  local hid, did, k, amt = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not P.get(did) then
+    qmove(sum, k, ARGV[i + 8], 1, now)
+    qresv(sum, hid, k, ARGV[i + 8], -1)
+    hasResv = true
   end
   -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
-  local prior = redis.call('HGET', KEYS[5], ARGV[i + 1])
-  if ARGV[i + 5] == '1' then drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[i])
+  local prior = P.get(did)
+  if ARGV[i + 5] == '1' then dropc(hid)
   elseif not prior then
     -- A part: the stretch of the hold it used (ARGV[i + 6]) comes off the hold, never below zero.
-    local rec = redis.call('HGET', KEYS[2], ARGV[i])
+    local rec = H.get(hid)
     if rec then
-      local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
-      local off = math.min(tonumber(amt), tonumber(ARGV[i + 6]))
+      local hk, hamt, howner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+      local off = math.min(tonumber(hamt), tonumber(ARGV[i + 6]))
       if off > 0 then
-        redis.call('HSET', KEYS[2], ARGV[i], k .. '|' .. string.format('%d', tonumber(amt) - off) .. '|' .. owner)
-        add(KEYS[1], k, string.format('%d', -off))
+        H.set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
+        both(hk, string.format('%d', -off))
       end
     end
   end
   -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
-  if not prior then qmove(KEYS[1], ARGV[i + 2], ARGV[i + 7], -1, now) end
+  if not prior then qmove(sum, k, ARGV[i + 7], -1, now) end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
-    add(KEYS[1], pk, neg(pa))
-    pending(KEYS[1], pk, neg(pa))
+    both(pk, neg(pa))
+    if pa ~= '0' then cnt.move('pending', neg(pa)); cnt.move('p:' .. pk, neg(pa)) end
   end
-  add(KEYS[1], ARGV[i + 2], ARGV[i + 3])
-  pending(KEYS[1], ARGV[i + 2], ARGV[i + 3])
-  redis.call('HSET', KEYS[5], ARGV[i + 1], ARGV[i + 2] .. '|' .. ARGV[i + 3] .. '|' .. owner .. '|' .. ARGV[i + 4])
+  both(k, amt)
+  if amt ~= '0' and amt ~= '-0' then cnt.move('pending', amt); cnt.move('p:' .. k, amt) end
+  P.set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. ARGV[i + 4])
 end
-redis.call('PERSIST', KEYS[1])
+cnt.flushAll()
+H.flush()
+P.flush()
+if #expGone > 0 then chunked('ZREM', exp, expGone) end
+if #runGone > 0 then chunked('HDEL', run, runGone) end
+redis.call('PERSIST', sum)
 return 1
 `;
 
