@@ -126,15 +126,15 @@ local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need
 end
 -- A call's moves of the sum hash's counters (total, a:/p:/n: fields, pending), written once per field at the
 -- end (flush): a script runs alone, so no one sees the deferred write, and the final value is what moving
--- each at once would leave; a field left at 0 is removed, except total (an n: field at or below 0, as
--- drop() removes it). A move of more digits than a Lua
--- number adds exactly is written at once. value(f) is the field as the moves so far left it.
+-- each at once would leave. A field left at 0 is removed, except total; an n: field at or below 0 is
+-- removed too, as drop() removes it. A move of more digits than a Lua number adds exactly is written at
+-- once. value(f) is the field as the moves so far left it.
 local function counters(sum)
   local c, delta, base, order = {}, {}, {}, {}
   local function touch(f) if not delta[f] then delta[f] = 0; table.insert(order, f) end end
   local function write(f, text)
     local v = redis.call('HINCRBY', sum, f, text)
-    if (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') then redis.call('HDEL', sum, f) end
+    if (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') then redis.call('HDEL', sum, f); v = 0 end
     if base[f] then base[f] = v end
   end
   function c.flush(f)
