@@ -94,35 +94,20 @@ local function drop(sum, holds, exp, run, r)
   redis.call('HDEL', holds, r)
   return k
 end
+-- Whether a committed value passed in is newer than the one Redis holds (cur: its text, or nil).
+local function balance_newer(cur, ver) return not cur or tonumber(cur) < tonumber(ver) end
+local function spend_newer(cur, start, ver)
+  if not cur then return true end
+  local s0, _, v0 = string.match(cur, '^([^|]*)|(%d+)|(%d+)$')
+  return not (s0 > start or (s0 == start and tonumber(v0) >= tonumber(ver)))
+end
 -- Takes a committed value if it is newer than what Redis holds.
 local function newer_balance(sum, bal, ver)
   if bal == '' then return end
-  local cur = redis.call('HGET', sum, 'bver')
-  if not cur or tonumber(cur) < tonumber(ver) then redis.call('HSET', sum, 'bal', bal, 'bver', ver) end
+  if balance_newer(redis.call('HGET', sum, 'bver'), ver) then redis.call('HSET', sum, 'bal', bal, 'bver', ver) end
 end
 local function newer_spend(sum, field, start, spent, ver)
-  local cur = redis.call('HGET', sum, field)
-  if cur then
-    local s0, _, v0 = string.match(cur, '^([^|]*)|(%d+)|(%d+)$')
-    if s0 > start or (s0 == start and tonumber(v0) >= tonumber(ver)) then return end
-  end
-  redis.call('HSET', sum, field, start .. '|' .. spent .. '|' .. ver)
-end
--- The money rule (admission and extension alike): takes the committed balance and spend passed in if
--- newer, then 0 = room left, 1 = balance used up by holds and pending debits, 2 = the key's ceiling reached,
--- with what was left. With cover = '1', what is left must also cover need (this request's known cost).
-local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need, cover)
-  newer_balance(sum, bal, bver)
-  newer_spend(sum, field, start, spent, sver)
-  local v = redis.call('HMGET', sum, 'bal', 'total', 'a:' .. k, field)
-  local avail = tonumber(v[1]) - tonumber(v[2] or '0')
-  if avail <= 0 or (cover == '1' and avail < tonumber(need)) then return 1, avail end
-  if ceiling == '' then return 0, 0 end
-  local s0, used = string.match(v[4], '^([^|]*)|(%d+)|')
-  if s0 ~= start then used = '0' end
-  local left = tonumber(ceiling) - tonumber(used) - tonumber(v[3] or '0')
-  if left <= 0 or (cover == '1' and left < tonumber(need)) then return 2, left end
-  return 0, 0
+  if spend_newer(redis.call('HGET', sum, field), start, ver) then redis.call('HSET', sum, field, start .. '|' .. spent .. '|' .. ver) end
 end
 -- A call's moves of the sum hash's counters (total, a:/p:/n: fields, pending), written once per field at the
 -- end (flush): a script runs alone, so no one sees the deferred write, and the final value is what moving
@@ -151,6 +136,15 @@ local function counters(sum)
     return base[f] + delta[f]
   end
   function c.flushAll() for _, f in ipairs(order) do c.flush(f) end end
+  -- add() and pending() above, on the call's counters.
+  function c.add(k, amt)
+    if amt == '0' or amt == '-0' then return end
+    c.move('total', amt); c.move('a:' .. k, amt)
+  end
+  function c.pending(k, amt)
+    if amt == '0' or amt == '-0' then return end
+    c.move('pending', amt); c.move('p:' .. k, amt)
+  end
   return c
 end
 -- Runs cmd on key with the items as arguments, a thousand at a time.
@@ -188,6 +182,30 @@ local function hashview(key)
   end
   return v
 end
+-- The money rule (admission and extension alike), on a call's views of the account hash (S, a hashview
+-- of it, and cnt, its counters): takes the committed balance and spend passed in if newer, then 0 = room
+-- left, 1 = balance used up by holds and pending debits, 2 = the key's ceiling reached, with what was
+-- left. With cover = '1', what is left must also cover need (this request's known cost).
+local function money_on(S, cnt, k, bal, bver, ceiling, field, start, spent, sver, need, cover)
+  S.load({'bal', 'bver', field})
+  if bal ~= '' and balance_newer(S.get('bver'), bver) then S.set('bal', bal); S.set('bver', bver) end
+  if spend_newer(S.get(field), start, sver) then S.set(field, start .. '|' .. spent .. '|' .. sver) end
+  local avail = tonumber(S.get('bal')) - cnt.value('total')
+  if avail <= 0 or (cover == '1' and avail < tonumber(need)) then return 1, avail end
+  if ceiling == '' then return 0, 0 end
+  local s0, used = string.match(S.get(field), '^([^|]*)|(%d+)|')
+  if s0 ~= start then used = '0' end
+  local left = tonumber(ceiling) - tonumber(used) - cnt.value('a:' .. k)
+  if left <= 0 or (cover == '1' and left < tonumber(need)) then return 2, left end
+  return 0, 0
+end
+-- The money rule for one request, its newer committed values written at once.
+local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need, cover)
+  local S = hashview(sum)
+  local m, left = money_on(S, counters(sum), k, bal, bver, ceiling, field, start, spent, sver, need, cover)
+  S.flush()
+  return m, left
+end
 local function idle_expiry(sum, pend, ms)
   if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
 end
@@ -206,17 +224,11 @@ for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100
 -- so a deferred write is seen by no one else, and each request is decided on the values the requests
 -- before it in the call left, exactly as if each were its own call. A value is kept as the text Redis
 -- would hold (a bucket's level is re-read from tostring, as it would be from Redis).
-local acc = nil                  -- the committed balance: bal, bver (text), dirty
-local fields = {}                -- spend field -> {v = text or false, dirty}
+local S = hashview(sum)          -- the committed balance and spends (money_on)
 local cnt = counters(sum)        -- total, a:<key>, n:<key>
 local buckets = {}               -- bucket key -> {t = text or false, ts = text or false, dirty}
 local bucketOrder = {}
 local placed, expiring = {}, {}  -- HSET holds / ZADD exp arguments
-local function field(f)
-  local x = fields[f]
-  if not x then x = {v = redis.call('HGET', sum, f)}; fields[f] = x end
-  return x
-end
 local function bucket(rb)
   local b = buckets[rb]
   if not b then
@@ -231,36 +243,13 @@ local function setBucket(rb, tokens)
   local b = bucket(rb)
   b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
 end
--- The money rule of LIB's money(), on the call's view.
-local function money1(k, bal, bver, ceiling, f, start, spent, sver, need, cover)
-  if not acc then
-    local v = redis.call('HMGET', sum, 'bal', 'bver')
-    acc = {bal = v[1], bver = v[2]}
-  end
-  if bal ~= '' and (not acc.bver or tonumber(acc.bver) < tonumber(bver)) then acc.bal, acc.bver, acc.dirty = bal, bver, true end
-  local x = field(f)
-  local newer = true
-  if x.v then
-    local s0, _, v0 = string.match(x.v, '^([^|]*)|(%d+)|(%d+)$')
-    if s0 > start or (s0 == start and tonumber(v0) >= tonumber(sver)) then newer = false end
-  end
-  if newer then x.v, x.dirty = start .. '|' .. spent .. '|' .. sver, true end
-  local avail = tonumber(acc.bal) - cnt.value('total')
-  if avail <= 0 or (cover == '1' and avail < tonumber(need)) then return 1, avail end
-  if ceiling == '' then return 0, 0 end
-  local s0, used = string.match(x.v, '^([^|]*)|(%d+)|')
-  if s0 ~= start then used = '0' end
-  local left = tonumber(ceiling) - tonumber(used) - cnt.value('a:' .. k)
-  if left <= 0 or (cover == '1' and left < tonumber(need)) then return 2, left end
-  return 0, 0
-end
 local function admit1(a)
   local rid, kid, hold = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   local rpm, conc, withMoney = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]
   local ttl = tonumber(ARGV[a + 13])
   local rb = qbase(sum) .. ':rpm:' .. kid
   if withMoney == '1' then
-    local m, left = money1(kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
+    local m, left = money_on(S, cnt, kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
     if m ~= 0 then return {m, string.format('%d', left)}, 0 end
   end
   local b = bucket(rb)
@@ -302,10 +291,7 @@ local function admit1(a)
   setBucket(rb, tokens)
   table.insert(placed, rid); table.insert(placed, kid .. '|' .. hold .. '|' .. owner)
   table.insert(expiring, now + ttl); table.insert(expiring, rid)
-  if hold ~= '0' and hold ~= '-0' then
-    cnt.move('total', hold)
-    cnt.move('a:' .. kid, hold)
-  end
+  cnt.add(kid, hold)
   cnt.move('n:' .. kid, '1')
   return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}, ttl
 end
@@ -316,8 +302,7 @@ for a = 2, #ARGV, ${ADMIT_ARGS} do
   if ttl > longest then longest = ttl end
 end
 -- The call's writes, each once.
-if acc and acc.dirty then redis.call('HSET', sum, 'bal', acc.bal, 'bver', acc.bver) end
-for f, x in pairs(fields) do if x.dirty then redis.call('HSET', sum, f, x.v) end end
+S.flush()
 cnt.flushAll()
 for _, rb in ipairs(bucketOrder) do
   local b = buckets[rb]
@@ -427,10 +412,6 @@ local expGone, runGone, hids, dids = {}, {}, {}, {}
 for i = 2, #ARGV, 9 do table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1]) end
 H.load(hids)
 P.load(dids)
-local function both(k, amt)
-  if amt == '0' or amt == '-0' then return end
-  cnt.move('total', amt); cnt.move('a:' .. k, amt)
-end
 -- drop() on the call's view: frees hold r (its amount, its slot, its running record).
 local function dropc(r)
   if hasResv then qrefund(sum, r) end
@@ -438,7 +419,7 @@ local function dropc(r)
   local rec = H.get(r)
   if not rec then return end
   local k, amt = string.match(rec, '^([^|]*)|(%d+)')
-  both(k, neg(amt))
+  cnt.add(k, neg(amt))
   cnt.move('n:' .. k, '-1')
   H.del(r)
 end
@@ -460,7 +441,7 @@ for i = 2, #ARGV, 9 do
       local off = math.min(tonumber(hamt), tonumber(ARGV[i + 6]))
       if off > 0 then
         H.set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
-        both(hk, string.format('%d', -off))
+        cnt.add(hk, string.format('%d', -off))
       end
     end
   end
@@ -468,11 +449,11 @@ for i = 2, #ARGV, 9 do
   if not prior then qmove(sum, k, ARGV[i + 7], -1, now) end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
-    both(pk, neg(pa))
-    if pa ~= '0' then cnt.move('pending', neg(pa)); cnt.move('p:' .. pk, neg(pa)) end
+    cnt.add(pk, neg(pa))
+    cnt.pending(pk, neg(pa))
   end
-  both(k, amt)
-  if amt ~= '0' and amt ~= '-0' then cnt.move('pending', amt); cnt.move('p:' .. k, amt) end
+  cnt.add(k, amt)
+  cnt.pending(k, amt)
   P.set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. ARGV[i + 4])
 end
 cnt.flushAll()
@@ -488,30 +469,22 @@ return 1
 const COMMITTED = `${LIB}
 local sum, pend = KEYS[1], KEYS[2]
 local n = tonumber(ARGV[1])
--- The records are read and removed a thousand at a time, and each counter moved once (counters); an id
--- given twice counts once.
-local cnt, seen = counters(sum), {}
-for i = 2, n + 1, 1000 do
-  local part = {}
-  for j = i, math.min(n + 1, i + 999) do
-    if not seen[ARGV[j]] then seen[ARGV[j]] = true; table.insert(part, ARGV[j]) end
-  end
-  if #part > 0 then
-    local recs, gone = redis.call('HMGET', pend, unpack(part)), {}
-    for j = 1, #part do
-      if recs[j] then
-        local k, amt = string.match(recs[j], '^([^|]*)|(%d+)|')
-        if amt ~= '0' then
-          local off = neg(amt)
-          cnt.move('total', off); cnt.move('a:' .. k, off); cnt.move('pending', off); cnt.move('p:' .. k, off)
-        end
-        table.insert(gone, part[j])
-      end
-    end
-    if #gone > 0 then redis.call('HDEL', pend, unpack(gone)) end
+-- The records are read ahead (hashview) and each counter moved once (counters); an id given twice
+-- finds its record gone the second time, so it counts once.
+local cnt, P, ids = counters(sum), hashview(pend), {}
+for i = 2, n + 1 do table.insert(ids, ARGV[i]) end
+P.load(ids)
+for _, id in ipairs(ids) do
+  local rec = P.get(id)
+  if rec then
+    local k, amt = string.match(rec, '^([^|]*)|(%d+)|')
+    cnt.add(k, neg(amt))
+    cnt.pending(k, neg(amt))
+    P.del(id)
   end
 end
 cnt.flushAll()
+P.flush()
 newer_balance(sum, ARGV[n + 2], ARGV[n + 3])
 local m = tonumber(ARGV[n + 4])
 for j = 0, m - 1 do
