@@ -1,7 +1,7 @@
 // The ledger on both stores: idempotent settles, reused request ids, group commits, balance == Σ ledger.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
@@ -197,4 +197,59 @@ test('the embedded store runs its statements beside the event loop: a long one h
   clearInterval(tick);
   assert.ok(took > 300, `the statement ran long enough to tell (${took.toFixed(0)} ms)`);
   assert.ok(worst < Math.min(150, took / 3), `no timer was held while it ran: the latest fired ${worst.toFixed(0)} ms late, the statement took ${took.toFixed(0)} ms`);
+});
+
+test('which machines compile PGlite with Liftoff alone: x64 with SSE4.1 and arm64; x64 without it, or unread, and other architectures keep V8\'s tiering', async () => {
+  const { liftoffCompilesPglite } = await import('../dist/store/pglite-tier.js');
+  const cpu = (flags) => () => `processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: ${flags}\nbugs\t\t: sysret_ss_attrs\n`;
+  assert.equal(liftoffCompilesPglite('x64', cpu('fpu sse sse2 ssse3 fma cx16 sse4_1 sse4_2 popcnt avx')), true);
+  // Without SSE4.1, Liftoff cannot compile all of PGlite, and under --liftoff-only that aborts the process.
+  assert.equal(liftoffCompilesPglite('x64', cpu('fpu sse sse2 ssse3 cx16')), false);
+  assert.equal(liftoffCompilesPglite('x64', cpu('fpu sse sse2 sse4_1_like')), false);
+  assert.equal(liftoffCompilesPglite('x64', () => ''), false);
+  assert.equal(liftoffCompilesPglite('arm64', () => ''), true);
+  assert.equal(liftoffCompilesPglite('arm', cpu('neon vfpv4')), false);
+});
+
+test('while the embedded store opens, V8 compiles WebAssembly with its baseline compiler only (PGlite is never tiered up), and modules compiled after it are tiered up as before (pglite)', async (t) => {
+  const { liftoffCompilesPglite } = await import('../dist/store/pglite-tier.js');
+  if (!liftoffCompilesPglite()) return t.skip('this machine keeps V8\'s tiering for PGlite (no SSE4.1 on x64, or another architecture)');
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-liftoff-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const first = await openPglite(join(dir, 'store')); // made here, so the open below starts its thread at once (no initdb first)
+  await first.close();
+  const dist = (f) => JSON.stringify(new URL(`../dist/${f}`, import.meta.url).href);
+  // A module with one hot function (a counting loop); `name` makes each module's bytes differ, so V8 caches none.
+  const code = `import { setFlagsFromString } from 'node:v8';
+const { openPglite } = await import(${dist('store/db.js')});
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const hot = (name) => {
+  const n = [...name].map((c) => c.charCodeAt(0));
+  const bytes = new Uint8Array([0,97,115,109,1,0,0,0, 1,6,1,96,1,127,1,127, 3,2,1,0, 7,4 + n.length,1,n.length,...n,0,0,
+    10,27,1,25,1,1,127,3,64,32,1,32,0,106,33,1,32,0,65,1,107,34,0,13,0,11,32,1,11]);
+  const f = new WebAssembly.Instance(new WebAssembly.Module(bytes)).exports[name];
+  for (let i = 0; i < 200; i++) f(100000);
+  return f;
+};
+const tieredUp = async (f) => { for (let i = 0; i < 100 && %IsLiftoffFunction(f); i++) { await sleep(50); for (let j = 0; j < 50; j++) f(100000); } return !%IsLiftoffFunction(f); };
+// Does this V8 honour --liftoff-only set at run time? (Node 24's does not: there the store cannot use it.)
+setFlagsFromString('--liftoff-only'); const probe = hot('probe'); await sleep(300); const honoured = %IsLiftoffFunction(probe); setFlagsFromString('--no-liftoff-only --wasm-dynamic-tiering');
+if (!honoured) { console.log(JSON.stringify({ honoured })); process.exit(0); }
+const opening = openPglite(process.argv[2]);
+const during = hot('during'); // compiled and run hot before the store's thread can say it is ready
+await sleep(300);
+const liftoffOnlyWhileOpening = %IsLiftoffFunction(during);
+const db = await opening;
+const { rows } = await db.query('SELECT 6 * 7 AS n');
+const tieredUpAfter = await tieredUp(hot('after'));
+// A module compiled while the store opened (as PGlite's was) stays on Liftoff however hot it runs later.
+const duringTieredUpLater = await tieredUp(during);
+await db.close();
+console.log(JSON.stringify({ honoured, liftoffOnlyWhileOpening, tieredUpAfter, duringTieredUpLater, n: rows[0].n }));`;
+  const script = join(dir, 'tiers.mjs'); // a file, not -e: the store's thread refuses V8 options given explicitly (threads.ts)
+  writeFileSync(script, code);
+  const { stdout } = await execFileP(process.execPath, ['--allow-natives-syntax', script, join(dir, 'store')], { timeout: 120_000 });
+  const out = JSON.parse(stdout.trim().split('\n').at(-1));
+  if (!out.honoured) return t.skip(`this V8 (${process.versions.v8}) ignores --liftoff-only set at run time: PGlite is tiered up as before`);
+  assert.deepEqual(out, { honoured: true, liftoffOnlyWhileOpening: true, tieredUpAfter: true, duringTieredUpLater: false, n: 42 });
 });

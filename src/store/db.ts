@@ -8,6 +8,7 @@ import { startThread } from '../threads.js';
 import pg from 'pg';
 import { migrate } from './migrate.js';
 import { PGLITE_CONF } from './pglite-conf.js';
+import { compilingPgliteWithLiftoff } from './pglite-tier.js';
 import type { PgliteWorkerData, PgliteWorkerMessage } from './pglite-worker.js';
 
 // BIGINT comes back as bigint, never as a lossy number or a string.
@@ -109,15 +110,20 @@ export async function openPglite(dataDir: string): Promise<Db> {
 async function startPgliteWorker(data: PgliteWorkerData): Promise<() => Promise<void>> {
   // A small young generation: the thread's own JavaScript is only PGlite's wrapper and the socket's buffers,
   // and V8's default new space grows to two 16 MB semi-spaces that stay resident (docs/benchmarks.md).
-  const worker = startThread(new URL('./pglite-worker.js', import.meta.url), { workerData: data, resourceLimits: { maxYoungGenerationSizeMb: 4 } });
-  const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()));
-  await new Promise<void>((resolve, reject) => {
-    worker.once('message', (m: PgliteWorkerMessage) => {
-      if (m.type === 'ready') resolve();
-      else reject(new Error(`the embedded store did not open: ${m.type === 'failed' ? m.error : m.type}`));
+  // The thread compiles PGlite's WebAssembly before it says ready: with V8's baseline compiler alone (pglite-tier.ts).
+  let exited: Promise<void> = Promise.resolve();
+  const worker = await compilingPgliteWithLiftoff(async () => {
+    const w = startThread(new URL('./pglite-worker.js', import.meta.url), { workerData: data, resourceLimits: { maxYoungGenerationSizeMb: 4 } });
+    exited = new Promise<void>((resolve) => w.once('exit', () => resolve()));
+    await new Promise<void>((resolve, reject) => {
+      w.once('message', (m: PgliteWorkerMessage) => {
+        if (m.type === 'ready') resolve();
+        else reject(new Error(`the embedded store did not open: ${m.type === 'failed' ? m.error : m.type}`));
+      });
+      w.once('error', reject);
+      void exited.then(() => reject(new Error('the embedded store\'s thread exited before it served')));
     });
-    worker.once('error', reject);
-    void exited.then(() => reject(new Error('the embedded store\'s thread exited before it served')));
+    return w;
   });
   // A thread that failed after it served leaves the pool's queries failing: the store is reported unreachable.
   worker.on('error', () => undefined);
