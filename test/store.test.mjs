@@ -1,7 +1,7 @@
 // The ledger on both stores: idempotent settles, reused request ids, group commits, balance == Σ ledger.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
@@ -252,4 +252,22 @@ console.log(JSON.stringify({ honoured, liftoffOnlyWhileOpening, tieredUpAfter, d
   const out = JSON.parse(stdout.trim().split('\n').at(-1));
   if (!out.honoured) return t.skip(`this V8 (${process.versions.v8}) ignores --liftoff-only set at run time: PGlite is tiered up as before`);
   assert.deepEqual(out, { honoured: true, liftoffOnlyWhileOpening: true, tieredUpAfter: true, duringTieredUpLater: false, n: 42 });
+});
+
+test('the child process that creates a new embedded data dir also applies every migration to it, so the gateway\'s own PostgreSQL never runs their DDL (pglite)', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-init-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const pgDir = join(dir, 'pg');
+  const t0 = performance.now();
+  await execFileP(process.execPath, [new URL('../dist/store/pglite-init.js', import.meta.url).pathname, pgDir], { timeout: 120_000 });
+  const took = performance.now() - t0;
+  // Read with a bare PGlite: openPglite would apply the migrations itself.
+  const { PGlite } = await import('@electric-sql/pglite');
+  const raw = await PGlite.create(pgDir);
+  t.after(() => raw.close());
+  const files = readdirSync(new URL('../dist/store/migrations/', import.meta.url)).filter((f) => f.endsWith('.sql')).sort();
+  const { rows } = await raw.query('SELECT name FROM schema_migrations ORDER BY name');
+  assert.deepEqual(rows.map((r) => r.name), files);
+  assert.equal((await raw.query("SELECT to_regclass('ledger') IS NOT NULL AS ok")).rows[0].ok, true);
+  assert.ok(took < 60_000, `created and migrated in ${Math.round(took)} ms`);
 });
