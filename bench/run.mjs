@@ -253,8 +253,14 @@ async function main() {
   const active = contenders.filter((c) => !only || only.includes(c.name));
   const costs = new Map();
   for (const c of active) costs.set(c.name, await unitCosts(c));
-  const idle = Object.fromEntries(active.map((c) => [c.name, +(usage(c.pid).rss / 2 ** 20).toFixed(1)]));
-  log('idle RSS MB', JSON.stringify(idle));
+  const rss = () => Object.fromEntries(active.map((c) => [c.name, +(usage(c.pid).rss / 2 ** 20).toFixed(1)]));
+  const idleAtStart = rss();
+  log('idle RSS MB, at start', JSON.stringify(idleAtStart));
+  // Idle, settled: V8's memory reducer makes its first memory-reducing GC about 8 s after a process goes quiet,
+  // and until then a process holds its start-up's garbage (the embedded gateway 164-167 MB, then 141-149).
+  await new Promise((r) => setTimeout(r, 12_000));
+  const idle = rss();
+  log('idle RSS MB, settled (12 s quiet)', JSON.stringify(idle));
   const results = [];
   let flip = false;
   const each = async (fn) => { const order = flip ? [...active].reverse() : active; flip = !flip; for (const c of order) { const r = await fn(c); if (r) results.push(r); } };
@@ -301,7 +307,7 @@ async function main() {
     portkey: active.some((c) => c.kind === 'portkey') ? JSON.parse(execFileSync('node', ['-p', 'JSON.stringify(require("./bench/.portkey/node_modules/@portkey-ai/gateway/package.json").version)'], { cwd: ROOT }).toString()) : null,
     litellm: active.some((c) => c.kind === 'litellm') ? execFileSync(join(ROOT, 'bench/.venv-litellm/bin/python'), ['-c', 'import importlib.metadata as m; print(m.version("litellm"))']).toString().trim() : null,
     postgres: execFileSync('psql', [PG_ADMIN, '-Atc', 'SHOW server_version']).toString().trim(), redis: execFileSync('redis-server', ['--version']).toString().split(' ')[2] };
-  const report = { date: new Date().toISOString(), mode: QUICK ? 'quick' : 'full', command: `bench/run ${args.join(' ')}`.trim(), machine, versions, plan: PLAN, idle_rss_mb: idle, results };
+  const report = { date: new Date().toISOString(), mode: QUICK ? 'quick' : 'full', command: `bench/run ${args.join(' ')}`.trim(), machine, versions, plan: PLAN, idle_rss_mb: idle, idle_rss_at_start_mb: idleAtStart, results };
   mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
   const file = join(ROOT, `bench/results/${stamp}-${report.mode}.json`);
   writeFileSync(file, `${JSON.stringify(report, null, 2)}\n`);
