@@ -17,9 +17,10 @@ out.push(`Run \`${r.command}\` on ${r.date.slice(0, 10)} (${r.mode}); ${r.machin
   + ` PostgreSQL ${r.versions.postgres}, Redis ${r.versions.redis}. Raw results: \`${file.replace(/^.*bench\//, 'bench/')}\`.`);
 out.push('');
 // Runs since 2026-11-27 10:00 read idle RSS twice: at start, and after 12 s quiet (`idle_rss_mb`, settled); earlier ones only at start.
+const rssList = (mb) => contenders.map((c) => `${c} ${mb[c]} MB`).join(', ');
 out.push(r.idle_rss_at_start_mb
-  ? `Idle RSS, after 12 s quiet: ${contenders.map((c) => `${c} ${r.idle_rss_mb[c]} MB`).join(', ')} (at start: ${contenders.map((c) => `${c} ${r.idle_rss_at_start_mb[c]} MB`).join(', ')}).`
-  : `Idle RSS: ${contenders.map((c) => `${c} ${r.idle_rss_mb[c]} MB`).join(', ')}.`);
+  ? `Idle RSS, after 12 s quiet: ${rssList(r.idle_rss_mb)} (at start: ${rssList(r.idle_rss_at_start_mb)}).`
+  : `Idle RSS: ${rssList(r.idle_rss_mb)}.`);
 out.push('');
 out.push('| scenario | contender | achieved QPS | load p50 / p99 | probe p50 / p99 | added p50 / p99 (probe − direct) | CPU s / 1k req | peak RSS | errors | ledger exact |');
 out.push('|---|---|---:|---:|---:|---:|---:|---:|---:|---|');

@@ -111,19 +111,18 @@ async function startPgliteWorker(data: PgliteWorkerData): Promise<() => Promise<
   // A small young generation: the thread's own JavaScript is only PGlite's wrapper and the socket's buffers,
   // and V8's default new space grows to two 16 MB semi-spaces that stay resident (docs/benchmarks.md).
   // The thread compiles PGlite's WebAssembly before it says ready: with V8's baseline compiler alone (pglite-tier.ts).
-  let exited: Promise<void> = Promise.resolve();
-  const worker = await compilingPgliteWithLiftoff(async () => {
+  const { worker, exited } = await compilingPgliteWithLiftoff(async () => {
     const w = startThread(new URL('./pglite-worker.js', import.meta.url), { workerData: data, resourceLimits: { maxYoungGenerationSizeMb: 4 } });
-    exited = new Promise<void>((resolve) => w.once('exit', () => resolve()));
+    const gone = new Promise<void>((resolve) => w.once('exit', () => resolve()));
     await new Promise<void>((resolve, reject) => {
       w.once('message', (m: PgliteWorkerMessage) => {
         if (m.type === 'ready') resolve();
         else reject(new Error(`the embedded store did not open: ${m.type === 'failed' ? m.error : m.type}`));
       });
       w.once('error', reject);
-      void exited.then(() => reject(new Error('the embedded store\'s thread exited before it served')));
+      void gone.then(() => reject(new Error('the embedded store\'s thread exited before it served')));
     });
-    return w;
+    return { worker: w, exited: gone };
   });
   // A thread that failed after it served leaves the pool's queries failing: the store is reported unreachable.
   worker.on('error', () => undefined);

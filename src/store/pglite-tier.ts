@@ -1,7 +1,7 @@
 // The embedded PGlite is compiled by V8's baseline WebAssembly compiler (Liftoff) alone. By default V8
 // recompiles hot functions with its optimising compiler (TurboFan), and for PostgreSQL's large functions that
 // takes tens of MB of compiler memory a time, freed into malloc arenas that the process then keeps: idle RSS
-// was 203–276 MB with tiering and 150–162 MB without it, for ~13% more CPU per request at the embedded
+// was 203–276 MB with tiering and 153–163 MB without it, for about 10% more CPU per request at the embedded
 // default's max rate (docs/benchmarks.md, "PGlite compiled by Liftoff alone").
 import { readFileSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
