@@ -249,6 +249,37 @@ test('a stream that names the upstream\'s model is forwarded naming ours, every 
   assert.equal(JSON.parse(run(cont, { model: 'gemma', stripChunkUsage: true }, 100_000).out.slice(6)).model, 'gemma');
 });
 
+test('the common chunk is read in one pass as JSON reads it: escapes, nesting, key order and spacing', () => {
+  // [the chunk's JSON, whether it carried output, the JSON forwarded with our model (null: as it came)]
+  const cases = [
+    // A string that ends in an escaped backslash closes there: the keys after it are keys.
+    ['{"id":"a\\\\","model":"up","choices":[{"index":0,"delta":{"content":"x\\\\"},"finish_reason":null}]}', true, '{"id":"a\\\\","model":"ours","choices":[{"index":0,"delta":{"content":"x\\\\"},"finish_reason":null}]}'],
+    // Escaped quotes and backslashes in text that looks like keys stay text.
+    ['{"model":"up","choices":[{"index":0,"delta":{"content":"\\\\\\"model\\":\\"x\\", \\"usage\\":{}"},"finish_reason":null}]}', true, '{"model":"ours","choices":[{"index":0,"delta":{"content":"\\\\\\"model\\":\\"x\\", \\"usage\\":{}"},"finish_reason":null}]}'],
+    // A model key inside a choice is not the chunk's: it is left alone, and the top-level one comes last.
+    ['{"choices":[{"index":0,"delta":{"model":"inner","content":"y"},"finish_reason":null}],"model":"up"}', true, '{"choices":[{"index":0,"delta":{"model":"inner","content":"y"},"finish_reason":null}],"model":"ours"}'],
+    // Spacing around colons; an empty and a null content are no output; the model already ours.
+    ['{ "model" : "ours" , "choices" : [ { "index" : 0 , "delta" : { "content" : "" } , "finish_reason" : null } ] }', false, null],
+    ['{"model":"up","choices":[{"index":0,"delta":{"content":null,"arguments":"{\\"a\\":1}"},"finish_reason":null}]}', true, '{"model":"ours","choices":[{"index":0,"delta":{"content":null,"arguments":"{\\"a\\":1}"},"finish_reason":null}]}'],
+    // Two choices: parsed whole (each choice's output counted), renamed all the same.
+    ['{"model":"up","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":"b"},"finish_reason":null}]}', 2, '{"model":"ours","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":"b"},"finish_reason":null}]}'],
+  ];
+  for (const [json, output, forwarded] of cases) {
+    JSON.parse(json); // each case is JSON
+    const event = `data: ${json}\n\n`;
+    for (const cut of [1, 7, 100_000]) {
+      const { m, out } = run(event, { model: 'ours' }, cut);
+      assert.equal(out, forwarded === null ? event : `data: ${forwarded}\n\n`, `${json} (cut ${cut})`);
+      assert.equal(m.producedTokens(), Number(output), `${json} (cut ${cut})`);
+    }
+  }
+  // Text after the object on its line: not JSON, so not counted as output; it goes on as it came, but for our model.
+  const odd = 'data: {"model":"up","choices":[{"index":0,"delta":{"content":"z"},"finish_reason":null}]} tail\n\n';
+  const { m, out } = run(odd, { model: 'ours' }, 100_000);
+  assert.equal(out, odd.replace('"up"', '"ours"'));
+  assert.equal(m.producedTokens(), 0);
+});
+
 test('a stream that already names our model is forwarded as the very bytes that came in', () => {
   const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false, model: 'sim-chat' });
   const b = Buffer.from(chunk({ content: 'x' }, { model: 'sim-chat' }) + chunk({ content: 'y' }, { model: 'sim-chat' }));

@@ -13,11 +13,13 @@ export function valueAt(s: string, i: number): number {
 }
 
 /** Just past the closing quote of the JSON string that opens at `i`; -1 when it does not close before `to`. */
-function stringEnd(s: string, i: number, to: number): number {
-  for (let j = i + 1; j < to; j++) {
-    const c = s.charCodeAt(j);
-    if (c === 0x5c) j++;
-    else if (c === 0x22) return j + 1;
+export function stringEnd(s: string, i: number, to: number): number {
+  // From quote to quote (a native search, faster than reading each character here); a quote after an odd
+  // run of backslashes is escaped, inside the string.
+  for (let j = s.indexOf('"', i + 1); j >= 0 && j < to; j = s.indexOf('"', j + 1)) {
+    let k = j - 1;
+    while (s.charCodeAt(k) === 0x5c) k--;
+    if ((j - 1 - k) % 2 === 0) return j + 1;
   }
   return -1;
 }

@@ -2,7 +2,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Meter } from '../exchange/meter.js';
 import { usage, type Usage } from '../exchange/usage.js';
-import { nameModel, valueAt } from './model-name.js';
+import { nameModel, stringEnd, valueAt } from './model-name.js';
 import { COST_MARK, putCost } from './cost-mark.js';
 
 export interface StreamUsage { input: number; output: number; reasoning: number }
@@ -54,8 +54,6 @@ export function streamUsage(reported: StreamUsage | null, final: boolean, done: 
 
 const DATA = 'data:';
 const LF = 0x0a;
-// Keys whose non-empty string value means the chunk carried produced output.
-const OUTPUT_KEYS = ['"content"', '"text"', '"reasoning_content"', '"arguments"'];
 
 /**
  * Relays an OpenAI-style chat/completions event stream and meters it. Most events are a token's
@@ -146,12 +144,13 @@ export class SseMeter implements Meter {
       this.done = true;
       return this.opts.translate ? this.opts.translate.done(this.opts.cost?.(this.usage())) : raw;
     }
-    // The common chunk: one line, one choice (one finish_reason key), no usage.
-    if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1
-      && keyCount(raw, '"finish_reason"', from, to) === 1 && !hasUsage(raw, from, to)
-      && !(this.opts.promptProgress && keyCount(raw, '"prompt_progress"', from, to) > 0)) {
-      if (hasOutput(raw, from, to)) this.deltas++;
-      return this.named(raw, from, to);
+    // The common chunk: one line, one object, one choice (one finish_reason key), no usage.
+    if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1 && scan.read(raw, from, to)
+      && scan.finishReasons === 1 && !scan.usage && !(this.opts.promptProgress && scan.progress > 0)) {
+      if (scan.output) this.deltas++;
+      const ours = this.ours, at = scan.modelFrom, end = scan.modelTo;
+      if (ours === null || at < 0 || (end - at === ours.length && raw.startsWith(ours, at))) return raw;
+      return raw.slice(0, at) + ours + raw.slice(end);
     }
     const fwd = this.parsed(raw, raw.slice(from, to).trim());
     return fwd === raw ? this.named(raw, from, to) : fwd;
@@ -252,31 +251,72 @@ function eventEnd(s: string, from: number): number {
   return -1;
 }
 
-// In JSON text an unescaped quote only ever delimits a string, so a quoted name followed by a colon is an
-// object key, never text inside a value: these scans cannot be fooled by what the model wrote.
-function keyCount(s: string, key: string, from: number, to: number): number {
-  let n = 0;
-  for (let i = s.indexOf(key, from); i >= 0 && i < to; i = s.indexOf(key, i + key.length)) if (valueAt(s, i + key.length) >= 0) n++;
-  return n;
-}
+/**
+ * What one pass over a chunk's JSON text found: the keys the common chunk's fast path decides on. In JSON
+ * text an unescaped quote only ever delimits a string, so a quoted name followed by a colon is an object
+ * key, never text inside a value: the scan cannot be fooled by what the model wrote. One pass of our own
+ * replaced nine `indexOf` scans (each key's, and the model's): each of those cost its search's set-up per
+ * call, about 1.1 µs a chunk in all, against 0.2 for the pass (docs/benchmarks.md, "The stream meter in one pass").
+ */
+class ChunkScan {
+  /** `finish_reason` keys (one per choice). */
+  finishReasons = 0;
+  /** A `usage` key whose value is not null. */
+  usage = false;
+  /** `prompt_progress` keys. */
+  progress = 0;
+  /** A content, text, reasoning or arguments key with a non-empty string value: the chunk carried output. */
+  output = false;
+  /** The outermost object's `model` string (its quotes included), or -1. */
+  modelFrom = -1;
+  modelTo = -1;
 
-function hasUsage(s: string, from: number, to: number): boolean {
-  for (let i = s.indexOf('"usage"', from); i >= 0 && i < to; i = s.indexOf('"usage"', i + 7)) {
-    const v = valueAt(s, i + 7);
-    if (v >= 0 && !s.startsWith('null', v)) return true;
-  }
-  return false;
-}
-
-function hasOutput(s: string, from: number, to: number): boolean {
-  for (const key of OUTPUT_KEYS) {
-    for (let i = s.indexOf(key, from); i >= 0 && i < to; i = s.indexOf(key, i + key.length)) {
-      const v = valueAt(s, i + key.length);
-      if (v >= 0 && s.charCodeAt(v) === 0x22 && s.charCodeAt(v + 1) !== 0x22) return true;
+  /** Scans `s` from `from` (an object's `{`) to `to`; false when the text is not one whole object (nothing read can be trusted then). */
+  read(s: string, from: number, to: number): boolean {
+    this.finishReasons = 0; this.usage = false; this.progress = 0; this.output = false; this.modelFrom = -1; this.modelTo = -1;
+    let depth = 0;
+    for (let i = from; i < to; i++) {
+      const c = s.charCodeAt(i);
+      if (c === 0x22) {
+        const end = stringEnd(s, i, to);
+        if (end < 0) return false;
+        const v = valueAt(s, end);
+        if (v >= 0) this.key(s, i, end - i, v, depth, to);
+        i = end - 1;
+      } else if (c === 0x7b || c === 0x5b) depth++;
+      else if (c === 0x7d || c === 0x5d) {
+        if (--depth === 0) return i === to - 1 || s.slice(i + 1, to).trim() === '';
+      }
     }
+    return false;
   }
-  return false;
+
+  /** The key `s[at, at + len)` (quotes included), its value at `v`. */
+  private key(s: string, at: number, len: number, v: number, depth: number, to: number): void {
+    const c1 = s.charCodeAt(at + 1);
+    switch (len) {
+      case 7: // "usage" "model"
+        if (c1 === 0x75 && s.startsWith('"usage"', at)) { if (!s.startsWith('null', v)) this.usage = true; }
+        else if (c1 === 0x6d && depth === 1 && s.startsWith('"model"', at) && s.charCodeAt(v) === 0x22) {
+          const end = stringEnd(s, v, to);
+          if (end > 0) { this.modelFrom = v; this.modelTo = end; }
+        }
+        return;
+      case 15: if (c1 === 0x66 && s.startsWith('"finish_reason"', at)) this.finishReasons++; return;
+      case 17: if (c1 === 0x70 && s.startsWith('"prompt_progress"', at)) this.progress++; return;
+      case 9: if (c1 !== 0x63 || !s.startsWith('"content"', at)) return; break;
+      case 6: if (c1 !== 0x74 || !s.startsWith('"text"', at)) return; break;
+      case 19: if (c1 !== 0x72 || !s.startsWith('"reasoning_content"', at)) return; break;
+      case 11: if (c1 !== 0x61 || !s.startsWith('"arguments"', at)) return; break;
+      default: return;
+    }
+    // An output key: a non-empty string value is output.
+    if (s.charCodeAt(v) === 0x22 && s.charCodeAt(v + 1) !== 0x22) this.output = true;
+  }
 }
+
+/** The scan's one instance: each use reads it at once, before anything else can scan. */
+const scan = new ChunkScan();
 
 /**
  * A usage block as the hosts report it, in either API's names: chat (`prompt_tokens`,
