@@ -255,8 +255,9 @@ function eventEnd(s: string, from: number): number {
  * What one pass over a chunk's JSON text found: the keys the common chunk's fast path decides on. In JSON
  * text an unescaped quote only ever delimits a string, so a quoted name followed by a colon is an object
  * key, never text inside a value: the scan cannot be fooled by what the model wrote. One pass of our own
- * replaced nine `indexOf` scans (each key's, and the model's): each of those cost its search's set-up per
- * call, about 1.1 µs a chunk in all, against 0.2 for the pass (docs/benchmarks.md, "The stream meter in one pass").
+ * replaced up to nine `indexOf` scans (each key's, and the model's) and the rename's second walk: each
+ * search paid its set-up per call, and the meter took 1.6 µs a chunk with the model renamed, 0.95 now
+ * (`bench/meter.mjs`; docs/benchmarks.md, "The stream meter in one pass").
  */
 class ChunkScan {
   /** `finish_reason` keys (one per choice). */
