@@ -1,27 +1,17 @@
-// The gateway's worker threads (the embedded store, password hashing) start here, with the Node
-// options they inherit made safe for a thread whose entry is a file.
+// The gateway's worker threads (the embedded store, password hashing) start here, each inheriting the
+// parent's Node options as they are.
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
-/** A worker thread running `entry`, with the parent's Node options less those a file entry refuses. */
-export function startThread(entry: URL, options: WorkerOptions = {}): Worker {
-  // Given only when something must go: a thread given execArgv refuses process-wide options in it
-  // (Node 24 under its test runner: ERR_WORKER_INVALID_EXEC_ARGV), which it ignores when it inherits them.
-  const execArgv = threadExecArgv(process.execArgv);
-  return new Worker(entry, execArgv.length === process.execArgv.length ? options : { execArgv, ...options });
-}
-
 /**
- * The parent's Node options less `--input-type`: that option is for string input only, and a thread
- * whose entry is a file fails to load under it (ERR_INPUT_TYPE_NOT_ALLOWED). Without this, a gateway
- * opened from `node --input-type=module -e ...` had no embedded store and could hash no password.
+ * A worker thread running the module `entry`. The thread's own code only imports it, so the thread
+ * inherits every Node and V8 option of the parent: a thread whose entry is a file fails to load under
+ * `--input-type` (ERR_INPUT_TYPE_NOT_ALLOWED: that option is for string input, and `node --input-type=module
+ * -e ...` had no embedded store and could hash no password), and one given its own `execArgv` to leave it
+ * out refuses any process-wide option in them (ERR_WORKER_INVALID_EXEC_ARGV: `--max-old-space-size=512`,
+ * `--allow-natives-syntax`). A failed import is thrown as an uncaught exception, so it reaches the
+ * Worker's `error` event whatever `--unhandled-rejections` says.
  */
-export function threadExecArgv(execArgv: readonly string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < execArgv.length; i++) {
-    const a = execArgv[i]!;
-    if (a.startsWith('--input-type=')) continue;
-    if (a === '--input-type') { i++; continue; }
-    out.push(a);
-  }
-  return out;
+export function startThread(entry: URL, options: WorkerOptions = {}): Worker {
+  const code = `import(${JSON.stringify(entry.href)}).catch((e) => process.nextTick(() => { throw e; }));`;
+  return new Worker(code, { ...options, eval: true });
 }

@@ -160,17 +160,21 @@ test('one dip under the auto top-up threshold is claimed for a charge once, howe
   assert.equal(next[0].attempt, 2n);
 });
 
-test('a process run as `node --input-type=module -e` opens the embedded store and hashes a password: its threads load (pglite)', async (t) => {
+test('a process run as `node --input-type=module -e`, with a V8 option or without, opens the embedded store and hashes a password: its threads load (pglite)', async (t) => {
   // Worker threads inherit the parent's Node options; --input-type is for string input only and fails a
-  // thread whose entry is a file. A fresh clone's test helper opens its first PGlite this way.
+  // thread whose entry is a file. A fresh clone's test helper opens its first PGlite this way. A thread given
+  // its own options (to leave --input-type out) refused a V8 option among them: ERR_WORKER_INVALID_EXEC_ARGV.
   const dir = mkdtempSync(join(tmpdir(), 'tollgate-input-type-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const dist = (f) => JSON.stringify(new URL(`../dist/${f}`, import.meta.url).href);
   const code = `const { openPglite } = await import(${dist('store/db.js')}); const { hashPassword, verifyPassword } = await import(${dist('console/hash.js')});
 const db = await openPglite(process.argv[1]); const { rows } = await db.query('SELECT 6 * 7 AS n'); await db.close();
 const h = await hashPassword('a long enough password'); console.log(JSON.stringify({ n: rows[0].n, ok: await verifyPassword('a long enough password', h) }));`;
-  const { stdout } = await execFileP(process.execPath, ['--input-type=module', '-e', code, dir], { timeout: 120_000 });
-  assert.deepEqual(JSON.parse(stdout.trim().split('\n').at(-1)), { n: 42, ok: true });
+  for (const flags of [['--input-type=module'], ['--input-type=module', '--max-old-space-size=512']]) {
+    rmSync(dir, { recursive: true, force: true });
+    const { stdout } = await execFileP(process.execPath, [...flags, '-e', code, dir], { timeout: 120_000 });
+    assert.deepEqual(JSON.parse(stdout.trim().split('\n').at(-1)), { n: 42, ok: true }, flags.join(' '));
+  }
 });
 
 test('the embedded store survives its connection being replaced: the next statement, a named one too, runs (pglite)', async (t) => {
