@@ -77,7 +77,7 @@ test('on a Redis Cluster, two instances share one key\'s rpm budget, and every k
   for (const s of statuses) {
     const ok = s.filter((x) => x === 200).length;
     assert.ok(ok >= 10 && ok <= 10 + refills, `${ok} admitted across both instances, budget 10 (+${refills} refilled): ${s}`);
-    assert.equal(s.filter((x) => x === 429).length, 24 - ok);
+    assert.equal(s.filter((x) => x === 429).length, 24 - ok, `every request not admitted is refused with 429: ${s}`);
   }
   const keys = await keysUnder(redisPrefix);
   const tags = new Set(keys.map((k) => /^[^{]*\{([^}]*)\}/.exec(k)?.[1]));
