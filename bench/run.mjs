@@ -1,5 +1,5 @@
 // The benchmark: direct-to-sim, Tollgate (embedded; PostgreSQL + Redis), LiteLLM and Portkey side by side, alternating.
-import { mkdtempSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir, cpus, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -45,10 +45,15 @@ async function sim(delay) {
   return { ...p, url: p.match[1] };
 }
 
+/** The variables `npm start` gives the gateway by default (`NAME=${NAME:-value}` in package.json's start script). */
+const START_ENV = Object.fromEntries([...JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start.matchAll(/(\w+)=\$\{\1:-([^}]*)\}/g)].map((m) => [m[1], m[2]]));
+
 async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1, frontend = 'auto') {
   const dir = join(work, name);
   mkdirSync(dir, { recursive: true });
-  const env = { TOLLGATE_LOG_REQUESTS: '0' };
+  // The embedded contenders run as `npm start` runs the embedded default: with its environment (glibc's malloc
+  // thresholds, read from package.json's start script). PostgreSQL + Redis runs as an operator's `serve` would.
+  const env = { TOLLGATE_LOG_REQUESTS: '0', ...(pg ? {} : START_ENV) };
   const config = {
     listen: '127.0.0.1:0',
     workers,
