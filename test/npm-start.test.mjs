@@ -7,18 +7,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT } from './helpers/gateway.mjs';
 
-test('npm start\'s build step leaves dist alone when nothing changed since the last build, and rebuilds when a source is newer', (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'tollgate-start-'));
+/**
+ * A scratch copy of the package's scripts: package.json, empty lock and tsconfig, `src/` with `sources`, and
+ * `dist/` with `built`, every source dated a minute back and `dist/.built` now (a build newer than its sources).
+ */
+function scratch(t, name, sources, built) {
+  const dir = mkdtempSync(join(tmpdir(), name));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   copyFileSync(join(ROOT, 'package.json'), join(dir, 'package.json'));
   for (const f of ['package-lock.json', 'tsconfig.json']) writeFileSync(join(dir, f), '{}');
-  mkdirSync(join(dir, 'src'));
-  writeFileSync(join(dir, 'src', 'cli.ts'), '');
-  mkdirSync(join(dir, 'dist'));
-  writeFileSync(join(dir, 'dist', 'kept'), 'built earlier');
+  for (const d of ['src', 'dist', 'node_modules']) mkdirSync(join(dir, d));
+  for (const [f, text] of Object.entries(sources)) writeFileSync(join(dir, 'src', f), text);
+  for (const [f, text] of Object.entries(built)) writeFileSync(join(dir, 'dist', f), text);
   const past = new Date(Date.now() - 60_000);
-  for (const f of ['package.json', 'package-lock.json', 'tsconfig.json', 'src', join('src', 'cli.ts')]) utimesSync(join(dir, f), past, past);
+  for (const f of ['package.json', 'package-lock.json', 'tsconfig.json', 'src', ...Object.keys(sources).map((f) => join('src', f))]) utimesSync(join(dir, f), past, past);
   writeFileSync(join(dir, 'dist', '.built'), '');
+  return dir;
+}
+
+test('npm start\'s build step leaves dist alone when nothing changed since the last build, and rebuilds when a source is newer', (t) => {
+  const dir = scratch(t, 'tollgate-start-', { 'cli.ts': '' }, { kept: 'built earlier' });
   const step = () => spawnSync('npm', ['run', '--silent', 'build:if-stale'], { cwd: dir, encoding: 'utf8' });
   const same = step();
   assert.equal(same.status, 0, same.stderr);
@@ -33,18 +41,9 @@ test('npm start\'s build step leaves dist alone when nothing changed since the l
 test('npm start runs the gateway with glibc\'s malloc thresholds fixed at 128 KiB, and keeps an operator\'s own values', (t) => {
   // glibc raises both thresholds each time a large block is freed and then keeps freed memory in its arenas:
   // the embedded default idled ~14 MB higher (docs/benchmarks.md). It reads them only at process start.
-  const dir = mkdtempSync(join(tmpdir(), 'tollgate-start-env-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  copyFileSync(join(ROOT, 'package.json'), join(dir, 'package.json'));
-  for (const f of ['package-lock.json', 'tsconfig.json']) writeFileSync(join(dir, f), '{}');
-  mkdirSync(join(dir, 'src'));
-  mkdirSync(join(dir, 'node_modules'));
-  mkdirSync(join(dir, 'dist'));
   // dist/cli.js stands in for the gateway: it prints what it was started with.
-  writeFileSync(join(dir, 'dist', 'cli.js'), 'console.log(JSON.stringify({ argv: process.argv.slice(2), mmap: process.env.MALLOC_MMAP_THRESHOLD_, trim: process.env.MALLOC_TRIM_THRESHOLD_ }));\n');
-  const past = new Date(Date.now() - 60_000);
-  for (const f of ['package.json', 'package-lock.json', 'tsconfig.json', 'src']) utimesSync(join(dir, f), past, past);
-  writeFileSync(join(dir, 'dist', '.built'), '');
+  const dir = scratch(t, 'tollgate-start-env-', {},
+    { 'cli.js': 'console.log(JSON.stringify({ argv: process.argv.slice(2), mmap: process.env.MALLOC_MMAP_THRESHOLD_, trim: process.env.MALLOC_TRIM_THRESHOLD_ }));\n' });
   const start = (env) => {
     const r = spawnSync('npm', ['start', '--silent'], { cwd: dir, encoding: 'utf8', env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '', MALLOC_TRIM_THRESHOLD_: '', ...env } });
     assert.equal(r.status, 0, r.stderr);
