@@ -282,8 +282,7 @@ class ChunkScan {
         const end = stringEnd(s, i, to);
         if (end < 0) return false;
         const v = valueAt(s, end);
-        if (v >= 0) this.key(s, i, end - i, v, depth, to);
-        i = end - 1;
+        i = (v >= 0 ? this.key(s, i, end - i, v, depth, to) : end) - 1;
       } else if (c === 0x7b || c === 0x5b) depth++;
       else if (c === 0x7d || c === 0x5d) {
         if (--depth === 0) return i === to - 1 || s.slice(i + 1, to).trim() === '';
@@ -292,27 +291,32 @@ class ChunkScan {
     return false;
   }
 
-  /** The key `s[at, at + len)` (quotes included), its value at `v`. */
-  private key(s: string, at: number, len: number, v: number, depth: number, to: number): void {
+  /**
+   * The key `s[at, at + len)` (quotes included), its value at `v`. Returns where the scan goes on: just past
+   * the key, or past the model's string once this has found its end (so it is not looked for twice).
+   */
+  private key(s: string, at: number, len: number, v: number, depth: number, to: number): number {
+    const next = at + len;
     const c1 = s.charCodeAt(at + 1);
     switch (len) {
       case 7: // "usage" "model"
         if (c1 === 0x75 && s.startsWith('"usage"', at)) { if (!s.startsWith('null', v)) this.usage = true; }
         else if (c1 === 0x6d && depth === 1 && s.startsWith('"model"', at) && s.charCodeAt(v) === 0x22) {
           const end = stringEnd(s, v, to);
-          if (end > 0) { this.modelFrom = v; this.modelTo = end; }
+          if (end > 0) { this.modelFrom = v; this.modelTo = end; return end; }
         }
-        return;
-      case 15: if (c1 === 0x66 && s.startsWith('"finish_reason"', at)) this.finishReasons++; return;
-      case 17: if (c1 === 0x70 && s.startsWith('"prompt_progress"', at)) this.progress++; return;
-      case 9: if (c1 !== 0x63 || !s.startsWith('"content"', at)) return; break;
-      case 6: if (c1 !== 0x74 || !s.startsWith('"text"', at)) return; break;
-      case 19: if (c1 !== 0x72 || !s.startsWith('"reasoning_content"', at)) return; break;
-      case 11: if (c1 !== 0x61 || !s.startsWith('"arguments"', at)) return; break;
-      default: return;
+        return next;
+      case 15: if (c1 === 0x66 && s.startsWith('"finish_reason"', at)) this.finishReasons++; return next;
+      case 17: if (c1 === 0x70 && s.startsWith('"prompt_progress"', at)) this.progress++; return next;
+      case 9: if (c1 !== 0x63 || !s.startsWith('"content"', at)) return next; break;
+      case 6: if (c1 !== 0x74 || !s.startsWith('"text"', at)) return next; break;
+      case 19: if (c1 !== 0x72 || !s.startsWith('"reasoning_content"', at)) return next; break;
+      case 11: if (c1 !== 0x61 || !s.startsWith('"arguments"', at)) return next; break;
+      default: return next;
     }
     // An output key: a non-empty string value is output.
     if (s.charCodeAt(v) === 0x22 && s.charCodeAt(v + 1) !== 0x22) this.output = true;
+    return next;
   }
 }
 
