@@ -61,6 +61,32 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.equal(tt.n, 3);
   });
 
+  test(`a debit naming an account or key the store does not have is refused as a foreign key refuses it (23503), and the rest of its group commits (${name})`, async (t) => {
+    const db = await open(t);
+    const s = new Settler(db, quiet);
+    const acct = await createAccount(db, `r${name}@example.com`);
+    const { record: key } = await createKey(db, { accountId: acct.id });
+    await s.submit({ idemKey: 'credit:r', nonce: 'c', accountId: acct.id, keyId: null, kind: 'credit', amount: 1_000_000n, reason: 'test' });
+    const debit = (idemKey, accountId, keyId) => s.submit({ idemKey, nonce: 'n', accountId, keyId, kind: 'debit', amount: 1000n, reason: 'chat' });
+    // One turn: one group holds two honest debits, one for an account nobody created and one for a key nobody created.
+    const [ok1, noAccount, noKey, ok2] = await Promise.allSettled([
+      debit('req_ok1', acct.id, key.id), debit('req_no_account', 'acct_nobody', null), debit('req_no_key', acct.id, 'key_nobody'), debit('req_ok2', acct.id, null)]);
+    for (const [r, what] of [[noAccount, 'an unknown account'], [noKey, 'an unknown key']]) {
+      assert.equal(r.status, 'rejected', `${what} was refused`);
+      assert.equal(r.reason.name, 'Error');
+      assert.match(r.reason.message, /the ledger refuses this entry/);
+      assert.equal(r.reason.cause.code, '23503', `${what}: SQLSTATE ${r.reason.cause.code}`);
+    }
+    assert.equal(ok1.status, 'fulfilled');
+    assert.equal(ok2.status, 'fulfilled');
+    assert.equal(ok1.value.applied && ok2.value.applied, true);
+    const orphans = await db.query(`SELECT idem_key FROM ledger WHERE idem_key IN ('req_no_account', 'req_no_key')`);
+    assert.deepEqual(orphans.rows, [], 'no ledger row names what does not exist');
+    const tt = await totals(db, acct.id);
+    assert.equal(tt.balance, 1_000_000n - 2000n);
+    assert.equal(tt.balance, tt.sum);
+  });
+
   test(`group commits are paced: the first debit commits at once, the ones that follow within the pace go in one commit (${name})`, async (t) => {
     const db = await open(t);
     const s = new Settler(db, quiet, 300);

@@ -159,7 +159,9 @@ export class Settler {
 
   /**
    * One statement per group commit: ledger rows, balances and period spend move together (a single
-   * statement is atomic) in one round trip. Only a key clash needs a second statement.
+   * statement is atomic) in one round trip. Only a key clash needs a second statement. The statement
+   * checks the entries' account and key ids for the whole group (`unknown`: one join, raising SQLSTATE
+   * 23503 as a foreign key would), where a foreign key per row cost a third of a row's insert (migration 017).
    */
   private async commit(entries: LedgerEntry[]): Promise<SettleResult[]> {
     // Within one batch, a repeat of key and nonce is the same settle submitted twice (stored once); a
@@ -229,9 +231,13 @@ const SETTLE_SQL = `
 WITH e AS (
   SELECT * FROM json_to_recordset($1::json)
     AS t(idem_key text, nonce text, account_id text, key_id text, kind text, amount_nd bigint, reason text, model text, usage jsonb, created_at timestamptz)
+), unknown AS (
+  SELECT tollgate_unknown_ref(e.idem_key) FROM e
+    LEFT JOIN accounts a ON a.id = e.account_id LEFT JOIN api_keys k ON k.id = e.key_id
+   WHERE a.id IS NULL OR (e.key_id IS NOT NULL AND k.id IS NULL)
 ), ins AS (
   INSERT INTO ledger (idem_key, nonce, account_id, key_id, kind, amount_nd, reason, model, usage, created_at)
-  SELECT * FROM e ON CONFLICT (idem_key) DO NOTHING
+  SELECT * FROM e WHERE NOT EXISTS (SELECT FROM unknown) ON CONFLICT (idem_key) DO NOTHING
   RETURNING idem_key, account_id, key_id, kind, amount_nd, created_at
 ), acc AS (
   UPDATE accounts a SET balance_nd = a.balance_nd + d.delta
