@@ -1,4 +1,4 @@
-// Benchmark plumbing: processes, /proc readings, autocannon as a separate process, a µs latency probe.
+// Benchmark plumbing: processes, /proc readings, autocannon and the fixed-rate load (bench/paced.mjs) as separate processes, a µs latency probe.
 import { spawn, execFileSync } from 'node:child_process';
 import { readFileSync, readdirSync } from 'node:fs';
 import http from 'node:http';
@@ -134,6 +134,20 @@ export function autocannon(args) {
     p.stderr.on('data', (d) => { err += d; });
     p.once('exit', (code) => {
       try { resolve(JSON.parse(out)); } catch { reject(new Error(`autocannon failed (${code}): ${err.slice(-2000)}`)); }
+    });
+  });
+}
+
+/** Runs bench/paced.mjs (a load at a fixed rate) in its own process; its JSON has the fields bench/run reads of autocannon's. */
+export function paced(args) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [join(ROOT, 'bench/paced.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { err += d; });
+    p.once('exit', (code) => {
+      try { resolve(JSON.parse(out)); } catch { reject(new Error(`paced load failed (${code}): ${err.slice(-2000)}`)); }
     });
   });
 }

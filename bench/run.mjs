@@ -4,7 +4,7 @@ import { tmpdir, cpus, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
-import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, probe, json } from './lib.mjs';
+import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, paced, probe, json } from './lib.mjs';
 
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
@@ -175,7 +175,7 @@ function warnings(c) {
 }
 
 /** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
-async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = c.pid, simPid, probeOnlySecs = 0 }) {
+async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs, probeBody, pid = c.pid, simPid, probeOnlySecs = 0 }) {
   const warned = warnings(c);
   const before = usage(pid);
   const simBefore = simPid && simPid !== pid ? usage(simPid).cpu : null;
@@ -187,7 +187,8 @@ async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = 
   // With probeOnlySecs there is no load: the probe's sequential requests alone, the latency floor.
   const ac = probeOnlySecs
     ? await new Promise((r) => setTimeout(() => r(NO_LOAD), probeOnlySecs * 1000))
-    : await autocannon([...acArgs(c, body), ...extra, url]);
+    : pacedArgs ? await paced([...acArgs(c, body), ...pacedArgs, '--url', url])
+      : await autocannon([...acArgs(c, body), ...extra, url]);
   const pr = stopProbe ? await stopProbe() : null;
   const peak = stopRss();
   const after = usage(pid);
@@ -198,7 +199,7 @@ async function measure(c, label, { url, body, unitCost, extra, probeBody, pid = 
   const out = {
     contender: c.name, scenario: label, requests: ac.requests.total, ok2xx: ac['2xx'], non2xx: ac.non2xx, errors: ac.errors, timeouts: ac.timeouts,
     qps: achievedQps(ac), duration_s: ac.duration ?? null, latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
-    probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
+    ...(ac.late !== undefined ? { load_late: ac.late } : {}), probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
   };
   // Where the machine's CPU went, per request: the contender, the sim serving it, every Redis and
   // PostgreSQL process (only one contender runs load at a time; the idle ones' 400 ms change-feed polls
@@ -276,7 +277,7 @@ async function main() {
     probeBody: CHAT, probeOnlySecs: PLAN.seqSecs }));
   for (const rate of SCENARIOS.includes('rates') ? PLAN.rates : []) {
     await each((c) => measure(c, `chat @${rate} qps`, { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
-      extra: ['-c', '100', '-R', String(rate), ...amount(c, rate * PLAN.rateSecs, PLAN.rateSecs)] }));
+      paced: ['--connections', '100', '--rate', String(rate), ...(c.kind === 'litellm' || c.kind === 'portkey' ? ['--duration', String(PLAN.rateSecs)] : ['--amount', String(rate * PLAN.rateSecs)])] }));
   }
   // A fixed amount rather than a duration, so no request is cut off at the end and every one billed is
   // counted: the ledger check stays exact. An unmeasured run at full speed (PLAN.sizingSecs) sizes it to last about
