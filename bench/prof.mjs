@@ -1,11 +1,12 @@
 // The profile harness: one gateway (embedded or PostgreSQL + Redis) before `sim` at 0 ms, a fixed number of chat requests at max rate; gateway CPU µs per request from /proc, optionally a --cpu-prof.
 // --sequential N: instead, N requests one at a time over one keep-alive socket (after 300 to warm up), each round
-// reporting the client's p50/p90/p99 and the gateway's CPU per request (what one request at a time costs it).
+// reporting the client's p50/p90/p99 and the gateway's CPU per request (what one request at a time costs it); with
+// --load R, beside a steady load of R chat requests a second (bench/paced.mjs), whose CPU the per-request figure then includes.
 import { mkdtempSync, writeFileSync, mkdirSync, rmSync, readFileSync, readdirSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
 import { ROOT, start, stop, usage, autocannon } from './lib.mjs';
 
@@ -17,6 +18,7 @@ const REQUESTS = Number(opt('--requests', '20000'));
 const ROUNDS = Number(opt('--rounds', '3'));
 const CONNECTIONS = opt('--connections', '128');
 const SEQUENTIAL = Number(opt('--sequential', '0'));
+const LOAD = Number(opt('--load', '0')); // with --sequential: a steady load of this many chat requests a second beside it (bench/paced.mjs)
 const CPU_PROF = opt('--cpu-prof', null); // a directory: the gateway runs with --cpu-prof into it
 const LIMITS = JSON.parse(opt('--limits', '{}')); // merged into the config's limits, e.g. '{"overlap_admission":false}'
 const NODE_ARGS = opt('--node-args', '').split(/\s+/).filter(Boolean); // extra Node/V8 options for the gateway, e.g. '--wasm-tiering-budget=100000000'
@@ -63,7 +65,12 @@ async function main() {
   const url = `${gw.match[1]}/v1/chat/completions`;
   const ac = (n) => autocannon(['-m', 'POST', '-H', 'content-type=application/json', '-H', `authorization=Bearer ${key}`, '-b', CHAT, '-c', CONNECTIONS, '-a', String(n), url]);
   if (SEQUENTIAL > 0) {
+    // The load runs until the sequential rounds end, on its own connections, timed apart from them.
+    const load = LOAD > 0 ? spawn(process.execPath, [join(ROOT, 'bench/paced.mjs'), '--url', url, '--rate', String(LOAD), '--amount', String(LOAD * 3600),
+      '-m', 'POST', '-H', 'content-type=application/json', '-H', `authorization=Bearer ${key}`, '-b', CHAT], { stdio: 'ignore' }) : null;
+    if (load) await new Promise((r) => setTimeout(r, 2000)); // the load's connections open and its pace settles
     const reqs = await sequential(url, key, gw.pid);
+    load?.kill();
     if (TAIL) {
       await stop(gw);
       writeFileSync(`${TAIL}.log`, gw.log()); // the gateway's output: with --node-args '--trace-gc-nvp', each GC's phases
