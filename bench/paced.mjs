@@ -12,7 +12,8 @@
 // node bench/paced.mjs --url URL --rate R (--amount N | --duration S) [--connections 100] [-m POST] [-H k=v ...] [-b BODY]
 // Prints one JSON line in the shape bench/run reads of autocannon: requests.total, 2xx, non2xx, errors,
 // timeouts, duration (s), latency p50/p90/p99/max (ms), and late (requests sent more than 1 ms after due: the
-// timers' lag, or every connection busy).
+// timers' lag, or every connection busy) and dropped (a run of a duration: due, and still waiting for a connection
+// when it ended).
 import net from 'node:net';
 
 const args = process.argv.slice(2);
@@ -26,14 +27,14 @@ for (let i = 0; i < args.length; i++) {
   else if (a === '-b') { body = v; i++; } else throw new Error(`unknown argument ${a}`);
 }
 if (!url || !(rate > 0) || !(amount > 0 || duration > 0)) throw new Error('usage: --url URL --rate R (--amount N | --duration S)');
-const total = amount > 0 ? amount : Math.round(rate * duration);
+let total = amount > 0 ? amount : Math.round(rate * duration);
 const TIMEOUT_MS = 10_000;
 const payload = Buffer.from(body);
 const request = Buffer.concat([Buffer.from(`${method} ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\n`
   + headers.map(([k, v]) => `${k}: ${v}\r\n`).join('') + `content-length: ${payload.length}\r\n\r\n`), payload]);
 
 const lat = new Float64Array(total); // µs, from due to the response's last byte
-let sent = 0; let done = 0; let ok = 0; let non2xx = 0; let errors = 0; let timeouts = 0; let late = 0;
+let sent = 0; let done = 0; let ok = 0; let non2xx = 0; let errors = 0; let timeouts = 0; let late = 0; let dropped = 0;
 const waiting = []; // due times (ns) of requests due with no free connection
 const free = [];
 const start = process.hrtime.bigint();
@@ -95,9 +96,9 @@ class Conn {
 
 function report() {
   const secs = nowNs() / 1e9;
-  const sorted = Array.from(lat).sort((a, b) => a - b);
+  const sorted = Array.from(lat.subarray(0, done)).sort((a, b) => a - b);
   const pct = (p) => +(sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] / 1000).toFixed(3);
-  process.stdout.write(`${JSON.stringify({ requests: { total: done }, '2xx': ok, non2xx, errors, timeouts, duration: +secs.toFixed(3), late,
+  process.stdout.write(`${JSON.stringify({ requests: { total: done }, '2xx': ok, non2xx, errors, timeouts, duration: +secs.toFixed(3), late, dropped,
     latency: { p50: pct(50), p90: pct(90), p99: pct(99), max: +(sorted[sorted.length - 1] / 1000).toFixed(3) } })}\n`);
   process.exit(0);
 }
@@ -111,6 +112,15 @@ const tick = () => {
     const c = free.pop();
     if (c) c.send(at, false); else waiting.push(at);
   }
-  if (sent < total) setTimeout(tick, 1);
+  // A run of a duration ends on time: the requests still waiting for a connection then are dropped (counted,
+  // not sent), and the run reports once those in flight have answered. A run of an amount sends every one.
+  if (duration > 0 && nowNs() >= duration * 1e9 && sent === total) {
+    dropped = waiting.length;
+    waiting.length = 0;
+    total = sent - dropped;
+    if (done === total) report();
+    return;
+  }
+  if (sent < total || duration > 0) setTimeout(tick, 1);
 };
 tick();

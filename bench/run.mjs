@@ -199,7 +199,7 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
   const out = {
     contender: c.name, scenario: label, requests: ac.requests.total, ok2xx: ac['2xx'], non2xx: ac.non2xx, errors: ac.errors, timeouts: ac.timeouts,
     qps: achievedQps(ac), duration_s: ac.duration ?? null, latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
-    ...(ac.late !== undefined ? { load_late: ac.late } : {}), probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
+    ...(ac.late !== undefined ? { load_late: ac.late, load_dropped: ac.dropped } : {}), probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
   };
   // Where the machine's CPU went, per request: the contender, the sim serving it, every Redis and
   // PostgreSQL process (only one contender runs load at a time; the idle ones' 400 ms change-feed polls
