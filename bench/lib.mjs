@@ -120,36 +120,32 @@ export function rssSampler(pid) {
   return () => { clearInterval(t); return peak; };
 }
 
+/** Runs a Node script of the bench in its own process and returns the JSON it prints; `what` names it in an error. */
+function jsonChild(script, args, what) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(process.execPath, [join(ROOT, script), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { err += d; });
+    p.once('exit', (code) => {
+      try { resolve(JSON.parse(out)); } catch { reject(new Error(`${what} failed (${code}): ${err.slice(-2000)}`)); }
+    });
+  });
+}
+
 /**
  * Runs autocannon in its own process and returns its JSON result. It samples every 50 ms (`-L`): a
  * run ends on a sample tick, so at its default of 1 s the `duration` of a fixed-amount run is rounded
  * up to the next whole second.
  */
 export function autocannon(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [join(ROOT, 'node_modules/autocannon/autocannon.js'), '-j', '-L', '50', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.stderr.on('data', (d) => { err += d; });
-    p.once('exit', (code) => {
-      try { resolve(JSON.parse(out)); } catch { reject(new Error(`autocannon failed (${code}): ${err.slice(-2000)}`)); }
-    });
-  });
+  return jsonChild('node_modules/autocannon/autocannon.js', ['-j', '-L', '50', ...args], 'autocannon');
 }
 
 /** Runs bench/paced.mjs (a load at a fixed rate) in its own process; its JSON has the fields bench/run reads of autocannon's. */
 export function paced(args) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [join(ROOT, 'bench/paced.mjs'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.stderr.on('data', (d) => { err += d; });
-    p.once('exit', (code) => {
-      try { resolve(JSON.parse(out)); } catch { reject(new Error(`paced load failed (${code}): ${err.slice(-2000)}`)); }
-    });
-  });
+  return jsonChild('bench/paced.mjs', args, 'paced load');
 }
 
 /**

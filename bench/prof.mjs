@@ -63,11 +63,12 @@ async function main() {
   const acct = cli('account', 'create', '--email', 'prof@prof.local', '--credit', '1000000');
   const key = cli('key', 'create', '--account', acct.account_id, '--rpm', '1000000000', '--concurrency', '1000000').key;
   const url = `${gw.match[1]}/v1/chat/completions`;
-  const ac = (n) => autocannon(['-m', 'POST', '-H', 'content-type=application/json', '-H', `authorization=Bearer ${key}`, '-b', CHAT, '-c', CONNECTIONS, '-a', String(n), url]);
+  const chat = ['-m', 'POST', '-H', 'content-type=application/json', '-H', `authorization=Bearer ${key}`, '-b', CHAT]; // autocannon's and paced.mjs's flags alike
+  const ac = (n) => autocannon([...chat, '-c', CONNECTIONS, '-a', String(n), url]);
   if (SEQUENTIAL > 0) {
     // The load runs until the sequential rounds end, on its own connections, timed apart from them.
-    const load = LOAD > 0 ? spawn(process.execPath, [join(ROOT, 'bench/paced.mjs'), '--url', url, '--rate', String(LOAD), '--amount', String(LOAD * 3600),
-      '-m', 'POST', '-H', 'content-type=application/json', '-H', `authorization=Bearer ${key}`, '-b', CHAT], { stdio: 'ignore' }) : null;
+    const load = LOAD > 0 ? spawn(process.execPath, [join(ROOT, 'bench/paced.mjs'), ...chat, '--url', url, '--rate', String(LOAD), '--amount', String(LOAD * 3600)],
+      { stdio: 'ignore' }) : null;
     if (load) await new Promise((r) => setTimeout(r, 2000)); // the load's connections open and its pace settles
     const reqs = await sequential(url, key, gw.pid);
     load?.kill();

@@ -150,7 +150,9 @@ async function balance(c) {
  * end and the ledger check stays exact; LiteLLM and Portkey, slower and with no ledger to check, get the
  * same time instead, so a run cannot take hours.
  */
-const amount = (c, requests, secs) => (c.kind === 'litellm' || c.kind === 'portkey' ? ['-d', String(secs)] : ['-a', String(requests)]);
+/** LiteLLM and Portkey get a duration, the rest a fixed amount of requests (see How it measures). */
+const byDuration = (c) => c.kind === 'litellm' || c.kind === 'portkey';
+const amount = (c, requests, secs) => (byDuration(c) ? ['-d', String(secs)] : ['-a', String(requests)]);
 
 /**
  * Achieved requests per second: completed requests over the run's wall time. (autocannon's
@@ -277,14 +279,14 @@ async function main() {
     probeBody: CHAT, probeOnlySecs: PLAN.seqSecs }));
   for (const rate of SCENARIOS.includes('rates') ? PLAN.rates : []) {
     await each((c) => measure(c, `chat @${rate} qps`, { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
-      paced: ['--connections', '100', '--rate', String(rate), ...(c.kind === 'litellm' || c.kind === 'portkey' ? ['--duration', String(PLAN.rateSecs)] : ['--amount', String(rate * PLAN.rateSecs)])] }));
+      paced: ['--connections', '100', '--rate', String(rate), ...(byDuration(c) ? ['--duration', String(PLAN.rateSecs)] : ['--amount', String(rate * PLAN.rateSecs)])] }));
   }
   // A fixed amount rather than a duration, so no request is cut off at the end and every one billed is
   // counted: the ledger check stays exact. An unmeasured run at full speed (PLAN.sizingSecs) sizes it to last about
   // PLAN.maxSecs (and warm the contender up at this concurrency).
   if (SCENARIOS.includes('max')) await each(async (c) => {
     const url = `${c.url}/v1/chat/completions`;
-    const sizing = c.kind === 'litellm' || c.kind === 'portkey' ? null : await autocannon([...acArgs(c, CHAT), '-c', '128', '-d', String(PLAN.sizingSecs), url]);
+    const sizing = byDuration(c) ? null : await autocannon([...acArgs(c, CHAT), '-c', '128', '-d', String(PLAN.sizingSecs), url]);
     await new Promise((r) => setTimeout(r, 500)); // the sizing run's last requests settle before the ledger is read
     return measure(c, 'chat max qps', { simPid: simA.pid, url, body: CHAT, unitCost: costs.get(c.name).chat,
       extra: ['-c', '128', ...amount(c, Math.max(2000, Math.round((sizing ? achievedQps(sizing) : 0) * PLAN.maxSecs)), PLAN.maxSecs)] });

@@ -3,9 +3,9 @@
 // process's CPU per entry. `--dist PATH` alternates with another build's dist/ (its own migrations and statement).
 // node bench/settle-rows.mjs [--entries 128] [--total 40000] [--pairs 3] [--dist PATH]
 import pg from 'pg';
-import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { usage } from './lib.mjs';
 
 const opt = (name, dflt) => { const i = process.argv.indexOf(name); return i > 0 ? process.argv[i + 1] : dflt; };
 const B = Number(opt('--entries', '128'));
@@ -39,14 +39,12 @@ async function run(label, dist) {
     const acct = await createAccount(db, 'bench@example.com');
     const { record: key } = await createKey(db, { accountId: acct.id });
     const pid = (await db.query('SELECT pg_backend_pid() AS p')).rows[0].p;
-    const ticks = () => { const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' '); return Number(f[11]) + Number(f[12]); };
-    const hz = 100; // USER_HZ on Linux
     const s = new Settler(db, { balance() {}, spend() {} });
     const group = () => Promise.all(Array.from({ length: B }, () => s.submit(entry(acct.id, key.id))));
     for (let i = 0; i < 2000 / B; i++) await group(); // warm: the statement planned, the caches filled
-    const t0 = ticks(); const c0 = process.cpuUsage();
+    const t0 = usage(pid).cpu; const c0 = process.cpuUsage();
     for (let i = 0; i < N / B; i++) await group();
-    const backend = (ticks() - t0) * (1e6 / hz) / N;
+    const backend = ((usage(pid).cpu - t0) * 1e6) / N;
     const c = process.cpuUsage(c0);
     console.log(`${label}: ${B} entries a commit, PostgreSQL backend ${backend.toFixed(1)} µs per entry, this process ${((c.user + c.system) / N).toFixed(1)} µs per entry (making the entries included)`);
   } finally {
