@@ -1,0 +1,75 @@
+// What Redis spends on one request when each script call carries one request (the steady-rate case):
+// the Redis limiter's admission, then its final settle, then the commit record, one request at a time.
+// Reads Redis's own accounting (INFO commandstats): µs per call of each script, and the commands run
+// inside them per request.
+// `node bench/redis-calls.mjs [--dist DIR] [--requests N] [--ceiling] [--rounds R]` (after npm run build).
+// --dist: another build's dist/ (an A/B: run it alternating with this one). --ceiling: the key has a spend ceiling.
+import { resolve, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { randomBytes } from 'node:crypto';
+import Redis from 'ioredis';
+import { ROOT } from './lib.mjs';
+
+const args = process.argv.slice(2);
+const opt = (n, d) => (args.includes(n) ? args[args.indexOf(n) + 1] : d);
+const DIST = resolve(opt('--dist', join(ROOT, 'dist')));
+const N = Number(opt('--requests', '5000'));
+const ROUNDS = Number(opt('--rounds', '2'));
+const CEILING = args.includes('--ceiling');
+const URL_ = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
+
+const { RedisLimiter } = await import(pathToFileURL(join(DIST, 'gate/limits/redis.js')).href);
+const prefix = `tgbench:${randomBytes(4).toString('hex')}:`;
+const limiter = new RedisLimiter(URL_, prefix);
+await limiter.ready();
+const admin = new Redis(URL_);
+const month = new Date().toISOString().slice(0, 7) + '-01';
+
+async function one(i) {
+  const holdId = `h${i}`;
+  const out = await limiter.admit({ holdId, accountId: 'acct', keyId: 'key', rpm: 1e9, concurrency: 1e6, money: true, hold: 50_000n,
+    balance: { amount: 10n ** 14n, version: 1n }, ceiling: CEILING ? 10n ** 13n : null,
+    spent: { period: 'month', start: month, amount: 0n, version: 1n }, ttlMs: 60_000 });
+  if (!out.ok) throw new Error(`refused: ${out.reason}`);
+  const d = { id: holdId, accountId: 'acct', keyId: 'key', amount: 12_345n, entry: `{"idemKey":"${holdId}"}` };
+  await limiter.settle(holdId, d, true);
+  // Committed at once here (the gateway's group commit carries ~100 at a time: its share is small).
+  if (i % 50 === 49) {
+    const ids = Array.from({ length: 50 }, (_, j) => `h${i - j}`);
+    await limiter.committed('acct', ids, { balance: null, spends: [] });
+  }
+}
+
+function stats(text) {
+  const out = {};
+  for (const m of text.matchAll(/cmdstat_([a-z|]+):calls=(\d+),usec=(\d+)/g)) out[m[1]] = { calls: Number(m[2]), usec: Number(m[3]) };
+  return out;
+}
+
+const rounds = [];
+let i = 0;
+for (let r = 0; r < ROUNDS; r++) {
+  for (const end = i + 500; i < end; i++) await one(i); // warm
+  await admin.config('RESETSTAT');
+  for (const end = i + N; i < end; i++) await one(i);
+  const s = stats(await admin.info('commandstats'));
+  const ev = s.evalsha ?? { calls: 0, usec: 0 };
+  const inner = Object.entries(s).filter(([c]) => !['evalsha', 'eval', 'info', 'config|resetstat', 'sadd', 'ping'].includes(c));
+  rounds.push({
+    redis_us_per_request: +(ev.usec / N).toFixed(2),
+    script_calls_per_request: +(ev.calls / N).toFixed(2),
+    inner_commands_per_request: +(inner.reduce((a, [, v]) => a + v.calls, 0) / N).toFixed(2),
+    by_command: Object.fromEntries(inner.map(([c, v]) => [c, +(v.calls / N).toFixed(2)]).sort((a, b) => b[1] - a[1])),
+  });
+}
+console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, rounds }));
+
+// Clean up this run's keys.
+let cursor = '0';
+do {
+  const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+  cursor = next;
+  if (keys.length) await admin.del(...keys);
+} while (cursor !== '0');
+await limiter.close();
+admin.disconnect();
