@@ -118,6 +118,46 @@ test('a commit record clears each pending debit it names once (an id named twice
     { ok: false, reason: 'insufficient_balance', available: 97_500n });
 });
 
+test('the account hash\'s counters stay exact whatever their size: amounts of up to 15 digits and of 19 (past 2^53), moved in one call and in several, and each field at 0 removed (Redis)', async (t) => {
+  // Admission and settle write a counter whose value they read as one HSET of the new value when it has
+  // at most 15 digits, and move it with HINCRBY past that (a Lua number is exact only to 2^53).
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const l = await redisLimiter(t, prefix);
+  const sumOf = () => l.redis.hgetall(`${prefix}{x}:holdsum`);
+  const big = 10n ** 19n;
+  const holds = [['x0', 'k1', 999_999_999_999_999n], ['x1', 'k1', 1_152_921_504_606_846_977n], ['x2', 'k2', 123n], ['x3', 'k2', 3_000_000_000_000_000_003n]];
+  // Two admitted one at a time, two in one turn.
+  for (const [id, key, hold] of holds.slice(0, 2)) assert.equal((await admit(l, 'x', id, hold, big, { keyId: key })).ok, true);
+  const turn = await Promise.all(holds.slice(2).map(([id, key, hold]) => admit(l, 'x', id, hold, big, { keyId: key })));
+  assert.ok(turn.every((o) => o.ok));
+  const held = await sumOf();
+  const sum = (xs) => xs.reduce((a, b) => a + b, 0n);
+  assert.equal(held.total, String(sum(holds.map((h) => h[2]))));
+  assert.equal(held['a:k1'], String(holds[0][2] + holds[1][2]));
+  assert.equal(held['a:k2'], String(holds[2][2] + holds[3][2]));
+  assert.equal(held['n:k1'], '2');
+  // Settled at amounts of every size: two in one turn, then two one at a time (the third moves only
+  // small amounts on fields of 19 digits).
+  const amounts = [999_999_999_999_998n, 1_152_921_504_606_846_975n, 7n, 2_999_999_999_999_999_999n];
+  await Promise.all([0, 1].map((i) => l.settle(holds[i][0], debit('x', holds[i][0], amounts[i], holds[i][1]), true)));
+  for (const i of [2, 3]) {
+    await l.settle(holds[i][0], debit('x', holds[i][0], amounts[i], holds[i][1]), true);
+    const now = await sumOf();
+    assert.equal(now.total, String(sum(amounts.slice(0, i + 1)) + sum(holds.slice(i + 1).map((h) => h[2]))), `after settling ${holds[i][0]}`);
+  }
+  const settled = await sumOf();
+  assert.equal(settled.total, String(sum(amounts)), 'the holds came off and the debits went on, to the nanodollar');
+  assert.equal(settled.pending, String(sum(amounts)));
+  assert.equal(settled['p:k1'], String(amounts[0] + amounts[1]));
+  assert.equal(settled['a:k2'], String(amounts[2] + amounts[3]));
+  for (const f of ['n:k1', 'n:k2']) assert.equal(settled[f], undefined, `${f} is removed when no request of the key is in flight`);
+  assert.deepEqual(await l.pendingOf('x', 'k2'), { account: sum(amounts), key: amounts[2] + amounts[3] });
+  await l.committed('x', holds.map((h) => h[0]), { balance: null, spends: [] });
+  const after = await sumOf();
+  assert.equal(after.total, '0');
+  for (const f of ['pending', 'p:k1', 'p:k2', 'a:k1', 'a:k2']) assert.equal(after[f], undefined, `${f} is removed at 0`);
+});
+
 test('a turn of settles of one account (finals freeing their slots, a session\'s part then its final, one debit recorded twice) leaves the same record in Redis as one at a time', async (t) => {
   // [hold id, debit id, key, amount, final, covered]
   const settles = [

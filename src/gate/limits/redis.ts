@@ -109,18 +109,26 @@ end
 local function newer_spend(sum, field, start, spent, ver)
   if spend_newer(redis.call('HGET', sum, field), start, ver) then redis.call('HSET', sum, field, start .. '|' .. spent .. '|' .. ver) end
 end
+-- Runs cmd on key with the items as arguments, a thousand at a time.
+local function chunked(cmd, key, items)
+  for i = 1, #items, 1000 do redis.call(cmd, key, unpack(items, i, math.min(#items, i + 999))) end
+end
 -- A call's moves of the sum hash's counters (total, a:/p:/n: fields, pending), written once per field at the
 -- end (flush): a script runs alone, so no one sees the deferred write, and the final value is what moving
 -- each at once would leave. A field left at 0 is removed, except total; an n: field at or below 0 is
 -- removed too, as drop() removes it. A move of more digits than a Lua number adds exactly is written at
--- once. value(f) is the field as the moves so far left it.
+-- once. value(f) is the field as the moves so far left it. seed(f, text) gives a field's value read in
+-- another command of the call (one HMGET for all a request needs), so value(f) needs no read of its own.
+-- flushAll writes every field whose value it knows exactly (read, of at most 15 digits) in one HSET (and
+-- one HDEL), and moves the rest with HINCRBY: the same values, in one or two commands instead of one each.
 local function counters(sum)
-  local c, delta, base, order = {}, {}, {}, {}
+  local c, delta, base, exact, order = {}, {}, {}, {}, {}
   local function touch(f) if not delta[f] then delta[f] = 0; table.insert(order, f) end end
+  local function gone(f, v) return (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') end
   local function write(f, text)
     local v = redis.call('HINCRBY', sum, f, text)
-    if (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') then redis.call('HDEL', sum, f); v = 0 end
-    if base[f] then base[f] = v end
+    if gone(f, v) then redis.call('HDEL', sum, f); v = 0 end
+    if base[f] then base[f] = v; exact[f] = math.abs(v) < 1e15 end
   end
   function c.flush(f)
     if delta[f] ~= 0 then write(f, string.format('%d', delta[f])); delta[f] = 0 end
@@ -130,12 +138,32 @@ local function counters(sum)
     if string.len(text) > 15 or math.abs(delta[f]) >= 2 ^ 52 then c.flush(f); write(f, text); return end
     delta[f] = delta[f] + tonumber(text)
   end
+  function c.seed(f, text)
+    if base[f] ~= nil then return end
+    touch(f)
+    base[f] = tonumber(text or '0')
+    exact[f] = text == nil or string.len(text) <= 15
+  end
   function c.value(f)
     touch(f)
-    if not base[f] then base[f] = tonumber(redis.call('HGET', sum, f) or '0') end
+    if not base[f] then c.seed(f, redis.call('HGET', sum, f) or nil) end
     return base[f] + delta[f]
   end
-  function c.flushAll() for _, f in ipairs(order) do c.flush(f) end end
+  function c.flushAll()
+    local sets, dels = {}, {}
+    for _, f in ipairs(order) do
+      local d = delta[f]
+      if d ~= 0 and base[f] ~= nil and exact[f] then
+        -- |base| < 10^15 and |d| < 2^52 + 10^15: their sum is exact in a Lua number.
+        local v = base[f] + d
+        delta[f] = 0
+        if gone(f, v) then table.insert(dels, f); base[f] = 0
+        else table.insert(sets, f); table.insert(sets, string.format('%d', v)); base[f] = v end
+      elseif d ~= 0 then c.flush(f) end
+    end
+    if #sets > 0 then chunked('HSET', sum, sets) end
+    if #dels > 0 then chunked('HDEL', sum, dels) end
+  end
   -- add() and pending() above, on the call's counters.
   function c.add(k, amt)
     if amt == '0' or amt == '-0' then return end
@@ -146,10 +174,6 @@ local function counters(sum)
     c.move('pending', amt); c.move('p:' .. k, amt)
   end
   return c
-end
--- Runs cmd on key with the items as arguments, a thousand at a time.
-local function chunked(cmd, key, items)
-  for i = 1, #items, 1000 do redis.call(cmd, key, unpack(items, i, math.min(#items, i + 999))) end
 end
 -- A call's view of a hash: fields read ahead in one HMGET (load) or on first use, written and removed
 -- once at the end (flush), with the same effect as each write made at once.
@@ -248,6 +272,11 @@ local function admit1(a)
   local rpm, conc, withMoney = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]
   local ttl = tonumber(ARGV[a + 13])
   local rb = qbase(sum) .. ':rpm:' .. kid
+  -- Every field of the account hash this request reads, in one HMGET (what an earlier request of the
+  -- call read is not read again): the committed balance and spend, and the counters it checks.
+  local want = {'bal', 'bver', ARGV[a + 9], 'total', 'n:' .. kid, 'a:' .. kid}
+  S.load(want)
+  for j = 4, 6 do cnt.seed(want[j], S.get(want[j])) end
   if withMoney == '1' then
     local m, left = money_on(S, cnt, kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
     if m ~= 0 then return {m, string.format('%d', left)}, 0 end
@@ -401,17 +430,25 @@ return #ARGV
 const SETTLE = `${LIB}
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
-local now = qnow()
+-- Redis's clock, read only when a usage limit is moved.
+local nowv
+local function now() if not nowv then nowv = qnow() end return nowv end
 -- The call's holds and debit records are read ahead in one HMGET each, its counters moved once each
--- (counters), and its writes made once at the end: the script runs alone, so each debit sees what the
--- ones before it in the call left, as if each were its own call. A usage reservation (resv) is read
--- only when the account has one: a settle never makes one.
-local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
+-- (counters) after one HMGET of the fields its keys move, and its writes made once at the end: the
+-- script runs alone, so each debit sees what the ones before it in the call left, as if each were its
+-- own call. A usage reservation (resv) is read only when the account has one: a settle never makes one.
+local cnt, H, P, C = counters(sum), hashview(holds), hashview(pend), hashview(sum)
 local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
-local expGone, runGone, hids, dids = {}, {}, {}, {}
-for i = 2, #ARGV, 9 do table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1]) end
+local expGone, runGone, hids, dids, cfs, seen = {}, {}, {}, {}, {'total', 'pending'}, {}
+for i = 2, #ARGV, 9 do
+  table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1])
+  local k = ARGV[i + 2]
+  if not seen[k] then seen[k] = true; table.insert(cfs, 'a:' .. k); table.insert(cfs, 'n:' .. k); table.insert(cfs, 'p:' .. k) end
+end
 H.load(hids)
 P.load(dids)
+C.load(cfs)
+for _, f in ipairs(cfs) do cnt.seed(f, C.get(f)) end
 -- drop() on the call's view: frees hold r (its amount, its slot, its running record).
 local function dropc(r)
   if hasResv then qrefund(sum, r) end
@@ -426,7 +463,7 @@ end
 for i = 2, #ARGV, 9 do
   local hid, did, k, amt = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not P.get(did) then
-    qmove(sum, k, ARGV[i + 8], 1, now)
+    qmove(sum, k, ARGV[i + 8], 1, now())
     qresv(sum, hid, k, ARGV[i + 8], -1)
     hasResv = true
   end
@@ -446,7 +483,7 @@ for i = 2, #ARGV, 9 do
     end
   end
   -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
-  if not prior then qmove(sum, k, ARGV[i + 7], -1, now) end
+  if not prior and ARGV[i + 7] ~= '' then qmove(sum, k, ARGV[i + 7], -1, now()) end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
     cnt.add(pk, neg(pa))
