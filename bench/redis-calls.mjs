@@ -2,8 +2,10 @@
 // the Redis limiter's admission, then its final settle, then the commit record, one request at a time.
 // Reads Redis's own accounting (INFO commandstats): µs per call of each script, and the commands run
 // inside them per request.
-// `node bench/redis-calls.mjs [--dist DIR] [--requests N] [--ceiling] [--rounds R]` (after npm run build).
+// `node bench/redis-calls.mjs [--dist DIR] [--requests N] [--ceiling] [--open K] [--rounds R]` (after npm run build).
 // --dist: another build's dist/ (an A/B: run it alternating with this one). --ceiling: the key has a spend ceiling.
+// --open K: K other holds of the account stay open throughout (requests of other clients in flight, as at
+// a steady rate; with none, the account's hold records are emptied by every settle and made again by the next admission).
 import { resolve, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { randomBytes } from 'node:crypto';
@@ -16,6 +18,7 @@ const DIST = resolve(opt('--dist', join(ROOT, 'dist')));
 const N = Number(opt('--requests', '5000'));
 const ROUNDS = Number(opt('--rounds', '2'));
 const CEILING = args.includes('--ceiling');
+const OPEN = Number(opt('--open', '0'));
 const URL_ = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 
 const { RedisLimiter } = await import(pathToFileURL(join(DIST, 'gate/limits/redis.js')).href);
@@ -25,11 +28,13 @@ await limiter.ready();
 const admin = new Redis(URL_);
 const month = new Date().toISOString().slice(0, 7) + '-01';
 
+const admit = (holdId) => limiter.admit({ holdId, accountId: 'acct', keyId: 'key', rpm: 1e9, concurrency: 1e6, money: true, hold: 50_000n,
+  balance: { amount: 10n ** 14n, version: 1n }, ceiling: CEILING ? 10n ** 13n : null,
+  spent: { period: 'month', start: month, amount: 0n, version: 1n }, ttlMs: 60_000 });
+
 async function one(i) {
   const holdId = `h${i}`;
-  const out = await limiter.admit({ holdId, accountId: 'acct', keyId: 'key', rpm: 1e9, concurrency: 1e6, money: true, hold: 50_000n,
-    balance: { amount: 10n ** 14n, version: 1n }, ceiling: CEILING ? 10n ** 13n : null,
-    spent: { period: 'month', start: month, amount: 0n, version: 1n }, ttlMs: 60_000 });
+  const out = await admit(holdId);
   if (!out.ok) throw new Error(`refused: ${out.reason}`);
   const d = { id: holdId, accountId: 'acct', keyId: 'key', amount: 12_345n, entry: `{"idemKey":"${holdId}"}` };
   await limiter.settle(holdId, d, true);
@@ -46,6 +51,7 @@ function stats(text) {
   return out;
 }
 
+for (let k = 0; k < OPEN; k++) await admit(`open${k}`);
 const rounds = [];
 let i = 0;
 for (let r = 0; r < ROUNDS; r++) {
@@ -62,7 +68,7 @@ for (let r = 0; r < ROUNDS; r++) {
     by_command: Object.fromEntries(inner.map(([c, v]) => [c, +(v.calls / N).toFixed(2)]).sort((a, b) => b[1] - a[1])),
   });
 }
-console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, rounds }));
+console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, open: OPEN, rounds }));
 
 // Clean up this run's keys.
 let cursor = '0';

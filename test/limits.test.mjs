@@ -158,6 +158,39 @@ test('the account hash\'s counters stay exact whatever their size: amounts of up
   for (const f of ['pending', 'p:k1', 'p:k2', 'a:k1', 'a:k2']) assert.equal(after[f], undefined, `${f} is removed at 0`);
 });
 
+test('an account\'s records in Redis expire when idle, and the sum hash never before the hold records it counts (Redis)', async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const l = await redisLimiter(t, prefix);
+  const key = (k) => `${prefix}{e}:${k}`;
+  const ttl = async (k) => l.redis.pttl(key(k));
+  const near = (ms, want, what) => assert.ok(ms > want - 5_000 && ms <= want, `${what}: ${ms} ms left, ${want} expected`);
+  const at = (id, ttlMs) => l.admit({ holdId: id, accountId: 'e', keyId: 'k', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n,
+    balance: { amount: 10n ** 9n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs });
+  // A hold of 60 s: its records are kept a minute past it; the sum hash too, with nothing pending.
+  assert.equal((await at('e0', 60_000)).ok, true);
+  for (const k of ['holds', 'holdexp', 'holdsum']) near(await ttl(k), 120_000, k);
+  assert.equal((await at('e1', 60_000)).ok, true);
+  // A debit pending: the sum hash has no expiry until it is committed, then five minutes and never less than the holds'.
+  await l.settle('e0', debit('e', 'e0', 700n, 'k'), true);
+  assert.equal(await ttl('holdsum'), -1, 'no expiry while a debit is pending');
+  await l.committed('e', ['e0'], { balance: null, spends: [] });
+  near(await ttl('holdsum'), 300_000, 'holdsum once committed');
+  // The last hold gone, the hash is gone; the next admission makes it again, with its expiry.
+  await l.release('e', 'e1');
+  assert.equal(await ttl('holds'), -2);
+  assert.equal((await at('e2', 60_000)).ok, true);
+  for (const k of ['holds', 'holdexp']) near(await ttl(k), 120_000, `${k} made again`);
+  // A longer hold than any before raises the records' expiry at once (beyond five minutes here), and a
+  // commit then keeps the sum hash as long as the hold records, not five minutes.
+  assert.equal((await at('e3', 400_000)).ok, true);
+  for (const k of ['holds', 'holdexp']) near(await ttl(k), 460_000, `${k} after a longer hold`);
+  await l.settle('e2', debit('e', 'e2', 300n, 'k'), true);
+  await l.committed('e', ['e2'], { balance: null, spends: [] });
+  const sumLeft = await ttl('holdsum');
+  const holdsLeft = await ttl('holds');
+  assert.ok(sumLeft >= holdsLeft && holdsLeft > 400_000, `the sum hash (${sumLeft} ms) outlives the open hold's records (${holdsLeft} ms)`);
+});
+
 test('a turn of settles of one account (finals freeing their slots, a session\'s part then its final, one debit recorded twice) leaves the same record in Redis as one at a time', async (t) => {
   // [hold id, debit id, key, amount, final, covered]
   const settles = [

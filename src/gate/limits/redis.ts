@@ -344,10 +344,19 @@ if #placed > 0 then
   redis.call('HSET', holds, unpack(placed))
   redis.call('ZADD', exp, unpack(expiring))
 end
--- The hold records outlive the longest hold placed (each expires on its own in exp).
+-- The hold records outlive the longest hold placed (each expires on its own in exp) by a minute when set
+-- here, and the sum hash outlives them or has no expiry (idle_expiry). They are set again only when the
+-- holds hash has less than half a minute more than that left, or was just made (PTTL -1): while requests
+-- are in flight one PTTL stands for five commands. That holds because holds and exp are made and emptied
+-- together; the sum hash loses its expiry (PERSIST) while a debit is pending and gets one back only here
+-- or in COMMITTED, which keeps it no shorter than the holds hash's; and run is only written beside an open
+-- hold (an expiry it lacks is set at the next refresh).
 if longest > 0 then
-  for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, longest + 60000) end
-  idle_expiry(sum, pend, longest + 60000)
+  local keep = longest + 60000
+  if redis.call('PTTL', holds) < keep - 30000 then
+    for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, keep) end
+    idle_expiry(sum, pend, keep)
+  end
 end
 return out
 `;
@@ -502,9 +511,9 @@ redis.call('PERSIST', sum)
 return 1
 `;
 
-// KEYS: sum pend. ARGV: n, n debit ids, bal, bver, m, m x (field start spent version)
+// KEYS: sum pend holds. ARGV: n, n debit ids, bal, bver, m, m x (field start spent version)
 const COMMITTED = `${LIB}
-local sum, pend = KEYS[1], KEYS[2]
+local sum, pend, holds = KEYS[1], KEYS[2], KEYS[3]
 local n = tonumber(ARGV[1])
 -- The records are read ahead (hashview) and each counter moved once (counters); an id given twice
 -- finds its record gone the second time, so it counts once.
@@ -528,7 +537,9 @@ for j = 0, m - 1 do
   local o = n + 5 + j * 4
   newer_spend(sum, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3])
 end
-idle_expiry(sum, pend, 300000)
+-- With no debit pending, the sum hash expires after five minutes idle, and never before the hold records
+-- (admission counts on that to set their expiry only now and then).
+idle_expiry(sum, pend, math.max(300000, redis.call('PTTL', holds)))
 return n
 `;
 
@@ -675,7 +686,7 @@ export class RedisLimiter implements Limiter {
     r.defineCommand('tgExtend', { numberOfKeys: 4, lua: EXTEND });
     r.defineCommand('tgShrink', { numberOfKeys: 2, lua: SHRINK });
     r.defineCommand('tgSettle', { numberOfKeys: 5, lua: SETTLE });
-    r.defineCommand('tgCommitted', { numberOfKeys: 2, lua: COMMITTED });
+    r.defineCommand('tgCommitted', { numberOfKeys: 3, lua: COMMITTED });
     r.defineCommand('tgTakeover', { numberOfKeys: 5, lua: TAKEOVER });
     r.defineCommand('tgBeat', { numberOfKeys: 1, lua: BEAT });
     r.defineCommand('tgSilent', { numberOfKeys: 1, lua: SILENT });
@@ -835,7 +846,7 @@ export class RedisLimiter implements Limiter {
     const due = this.commits;
     this.commits = new Map();
     for (const [accountId, b] of due) {
-      const [sum, , , , pend] = this.keys(accountId);
+      const [sum, holds, , , pend] = this.keys(accountId);
       const ids = b.items.flatMap((x) => x.ids);
       // The newest committed balance and spends among the batch's commits.
       let bal: CommittedState['balance'] = null;
@@ -850,7 +861,7 @@ export class RedisLimiter implements Limiter {
       }
       const args = [String(ids.length), ...ids, bal ? bal.amount.toString() : '', bal ? bal.version.toString() : '', String(spends.size)];
       for (const [f, s] of spends) args.push(f, s.start, s.spent.toString(), s.version.toString());
-      this.redis.tgCommitted(sum, pend, ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('commit record failed')));
+      this.redis.tgCommitted(sum, pend, holds, ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('commit record failed')));
     }
   }
 
