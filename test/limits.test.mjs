@@ -158,7 +158,7 @@ test('the account hash\'s counters stay exact whatever their size: amounts of up
   for (const f of ['pending', 'p:k1', 'p:k2', 'a:k1', 'a:k2']) assert.equal(after[f], undefined, `${f} is removed at 0`);
 });
 
-test('an account\'s records in Redis expire when idle, and the sum hash never before the hold records it counts (Redis)', async (t) => {
+test('an account\'s records in Redis expire when idle (the request bucket too), and the sum hash never before the hold records it counts (Redis)', async (t) => {
   const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
   const l = await redisLimiter(t, prefix);
   const key = (k) => `${prefix}{e}:${k}`;
@@ -169,6 +169,7 @@ test('an account\'s records in Redis expire when idle, and the sum hash never be
   // A hold of 60 s: its records are kept a minute past it; the sum hash too, with nothing pending.
   assert.equal((await at('e0', 60_000)).ok, true);
   for (const k of ['holds', 'holdexp', 'holdsum']) near(await ttl(k), 120_000, k);
+  near(await ttl('rpm:k'), 120_000, 'the key\'s request bucket (two minutes: an idle minute refills it)');
   assert.equal((await at('e1', 60_000)).ok, true);
   // A debit pending: the sum hash has no expiry until it is committed, then five minutes and never less than the holds'.
   await l.settle('e0', debit('e', 'e0', 700n, 'k'), true);

@@ -10,7 +10,7 @@ import { quotaArg, type AdmitInput, type AdmitOutcome, type CommittedState, type
 //   holds hash: hold id -> "key|amount|owner"      exp zset: hold id -> expiry (ms)
 //   run   hash: hold id -> "amount|entry"          (what an open stream has produced: billed if its owner dies)
 //   pend  hash: debit id -> "key|amount|owner|entry" (priced, not yet committed to PostgreSQL)
-//   rpm:<key> hash: the key's request bucket (t tokens, ts time).
+//   rpm:<key> hash: the key's request bucket (t tokens, ts time; x: when admission last set its expiry).
 // The instance registry, under the tag `{registry}` (one slot; single-key scripts and same-slot MULTIs only):
 //   instances zset (owner -> last heartbeat, Redis time), inst:<owner>:accts set (accounts it touched), recover:<owner> lease.
 /** Arguments of one request in an admission call (ADMIT). */
@@ -250,14 +250,14 @@ for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100
 -- would hold (a bucket's level is re-read from tostring, as it would be from Redis).
 local S = hashview(sum)          -- the committed balance and spends (money_on)
 local cnt = counters(sum)        -- total, a:<key>, n:<key>
-local buckets = {}               -- bucket key -> {t = text or false, ts = text or false, dirty}
+local buckets = {}               -- bucket key -> {t = text or false, ts = text or false, x = text or false, dirty}
 local bucketOrder = {}
 local placed, expiring = {}, {}  -- HSET holds / ZADD exp arguments
 local function bucket(rb)
   local b = buckets[rb]
   if not b then
-    local v = redis.call('HMGET', rb, 't', 'ts')
-    b = {t = v[1], ts = v[2]}
+    local v = redis.call('HMGET', rb, 't', 'ts', 'x')
+    b = {t = v[1], ts = v[2], x = v[3]}
     buckets[rb] = b
     table.insert(bucketOrder, rb)
   end
@@ -336,8 +336,15 @@ cnt.flushAll()
 for _, rb in ipairs(bucketOrder) do
   local b = buckets[rb]
   if b.dirty then
-    redis.call('HSET', rb, 't', b.t, 'ts', b.ts)
-    redis.call('PEXPIRE', rb, 120000)
+    -- Kept two minutes from a write (an idle minute refills it, so a bucket gone is a full one). The
+    -- expiry is set again only once a minute of it has passed, or on a new bucket (no x): what is left
+    -- never falls under a minute, which a full refill needs. (EXTEND sets it on each write, as before.)
+    if b.x and now - tonumber(b.x) < 60000 then
+      redis.call('HSET', rb, 't', b.t, 'ts', b.ts)
+    else
+      redis.call('HSET', rb, 't', b.t, 'ts', b.ts, 'x', tostring(now))
+      redis.call('PEXPIRE', rb, 120000)
+    end
   end
 end
 if #placed > 0 then
