@@ -1,7 +1,7 @@
 // What Redis spends on one request when each script call carries one request (the steady-rate case):
 // the Redis limiter's admission, then its final settle, then the commit record, one request at a time.
-// Reads Redis's own accounting (INFO commandstats): µs per call of each script, and the commands run
-// inside them per request.
+// Reads Redis's own accounting (INFO commandstats): script time per request, and the commands run inside
+// the scripts per request; and redis-server's CPU per request (/proc, when Redis runs on this machine).
 // `node bench/redis-calls.mjs [--dist DIR] [--requests N] [--ceiling] [--open K] [--rounds R]` (after npm run build).
 // --dist: another build's dist/ (an A/B: run it alternating with this one). --ceiling: the key has a spend ceiling.
 // --open K: K other holds of the account stay open throughout (requests of other clients in flight, as at
@@ -10,7 +10,7 @@ import { resolve, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
-import { ROOT } from './lib.mjs';
+import { ROOT, usage } from './lib.mjs';
 
 const args = process.argv.slice(2);
 const opt = (n, d) => (args.includes(n) ? args[args.indexOf(n) + 1] : d);
@@ -52,17 +52,21 @@ function stats(text) {
 }
 
 for (let k = 0; k < OPEN; k++) await admit(`open${k}`);
+const redisPid = Number(/process_id:(\d+)/.exec(await admin.info('server'))?.[1] ?? 0);
 const rounds = [];
 let i = 0;
 for (let r = 0; r < ROUNDS; r++) {
   for (const end = i + 500; i < end; i++) await one(i); // warm
   await admin.config('RESETSTAT');
+  const cpu0 = redisPid ? usage(redisPid).cpu : 0;
   for (const end = i + N; i < end; i++) await one(i);
+  const cpu = redisPid ? usage(redisPid).cpu - cpu0 : NaN;
   const s = stats(await admin.info('commandstats'));
   const ev = s.evalsha ?? { calls: 0, usec: 0 };
   const inner = Object.entries(s).filter(([c]) => !['evalsha', 'eval', 'info', 'config|resetstat', 'sadd', 'ping'].includes(c));
   rounds.push({
     redis_us_per_request: +(ev.usec / N).toFixed(2),
+    redis_server_cpu_us_per_request: +(cpu * 1e6 / N).toFixed(1),
     script_calls_per_request: +(ev.calls / N).toFixed(2),
     inner_commands_per_request: +(inner.reduce((a, [, v]) => a + v.calls, 0) / N).toFixed(2),
     by_command: Object.fromEntries(inner.map(([c, v]) => [c, +(v.calls / N).toFixed(2)]).sort((a, b) => b[1] - a[1])),

@@ -10,7 +10,7 @@ import { quotaArg, type AdmitInput, type AdmitOutcome, type CommittedState, type
 //   holds hash: hold id -> "key|amount|owner"      exp zset: hold id -> expiry (ms)
 //   run   hash: hold id -> "amount|entry"          (what an open stream has produced: billed if its owner dies)
 //   pend  hash: debit id -> "key|amount|owner|entry" (priced, not yet committed to PostgreSQL)
-//   rpm:<key> hash: the key's request bucket (t tokens, ts time; x: when admission last set its expiry).
+//   rpm:<key> hash: the key's request bucket (t tokens, ts time).
 // The instance registry, under the tag `{registry}` (one slot; single-key scripts and same-slot MULTIs only):
 //   instances zset (owner -> last heartbeat, Redis time), inst:<owner>:accts set (accounts it touched), recover:<owner> lease.
 /** Arguments of one request in an admission call (ADMIT). */
@@ -109,26 +109,18 @@ end
 local function newer_spend(sum, field, start, spent, ver)
   if spend_newer(redis.call('HGET', sum, field), start, ver) then redis.call('HSET', sum, field, start .. '|' .. spent .. '|' .. ver) end
 end
--- Runs cmd on key with the items as arguments, a thousand at a time.
-local function chunked(cmd, key, items)
-  for i = 1, #items, 1000 do redis.call(cmd, key, unpack(items, i, math.min(#items, i + 999))) end
-end
 -- A call's moves of the sum hash's counters (total, a:/p:/n: fields, pending), written once per field at the
 -- end (flush): a script runs alone, so no one sees the deferred write, and the final value is what moving
 -- each at once would leave. A field left at 0 is removed, except total; an n: field at or below 0 is
 -- removed too, as drop() removes it. A move of more digits than a Lua number adds exactly is written at
--- once. value(f) is the field as the moves so far left it. seed(f, text) gives a field's value read in
--- another command of the call (one HMGET for all a request needs), so value(f) needs no read of its own.
--- flushAll writes every field whose value it knows exactly (read, of at most 15 digits) in one HSET (and
--- one HDEL), and moves the rest with HINCRBY: the same values, in one or two commands instead of one each.
+-- once. value(f) is the field as the moves so far left it.
 local function counters(sum)
-  local c, delta, base, exact, order = {}, {}, {}, {}, {}
+  local c, delta, base, order = {}, {}, {}, {}
   local function touch(f) if not delta[f] then delta[f] = 0; table.insert(order, f) end end
-  local function gone(f, v) return (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') end
   local function write(f, text)
     local v = redis.call('HINCRBY', sum, f, text)
-    if gone(f, v) then redis.call('HDEL', sum, f); v = 0 end
-    if base[f] then base[f] = v; exact[f] = math.abs(v) < 1e15 end
+    if (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') then redis.call('HDEL', sum, f); v = 0 end
+    if base[f] then base[f] = v end
   end
   function c.flush(f)
     if delta[f] ~= 0 then write(f, string.format('%d', delta[f])); delta[f] = 0 end
@@ -138,32 +130,12 @@ local function counters(sum)
     if string.len(text) > 15 or math.abs(delta[f]) >= 2 ^ 52 then c.flush(f); write(f, text); return end
     delta[f] = delta[f] + tonumber(text)
   end
-  function c.seed(f, text)
-    if base[f] ~= nil then return end
-    touch(f)
-    base[f] = tonumber(text or '0')
-    exact[f] = text == nil or string.len(text) <= 15
-  end
   function c.value(f)
     touch(f)
-    if not base[f] then c.seed(f, redis.call('HGET', sum, f) or nil) end
+    if not base[f] then base[f] = tonumber(redis.call('HGET', sum, f) or '0') end
     return base[f] + delta[f]
   end
-  function c.flushAll()
-    local sets, dels = {}, {}
-    for _, f in ipairs(order) do
-      local d = delta[f]
-      if d ~= 0 and base[f] ~= nil and exact[f] then
-        -- |base| < 10^15 and |d| < 2^52 + 10^15: their sum is exact in a Lua number.
-        local v = base[f] + d
-        delta[f] = 0
-        if gone(f, v) then table.insert(dels, f); base[f] = 0
-        else table.insert(sets, f); table.insert(sets, string.format('%d', v)); base[f] = v end
-      elseif d ~= 0 then c.flush(f) end
-    end
-    if #sets > 0 then chunked('HSET', sum, sets) end
-    if #dels > 0 then chunked('HDEL', sum, dels) end
-  end
+  function c.flushAll() for _, f in ipairs(order) do c.flush(f) end end
   -- add() and pending() above, on the call's counters.
   function c.add(k, amt)
     if amt == '0' or amt == '-0' then return end
@@ -174,6 +146,10 @@ local function counters(sum)
     c.move('pending', amt); c.move('p:' .. k, amt)
   end
   return c
+end
+-- Runs cmd on key with the items as arguments, a thousand at a time.
+local function chunked(cmd, key, items)
+  for i = 1, #items, 1000 do redis.call(cmd, key, unpack(items, i, math.min(#items, i + 999))) end
 end
 -- A call's view of a hash: fields read ahead in one HMGET (load) or on first use, written and removed
 -- once at the end (flush), with the same effect as each write made at once.
@@ -250,14 +226,14 @@ for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100
 -- would hold (a bucket's level is re-read from tostring, as it would be from Redis).
 local S = hashview(sum)          -- the committed balance and spends (money_on)
 local cnt = counters(sum)        -- total, a:<key>, n:<key>
-local buckets = {}               -- bucket key -> {t = text or false, ts = text or false, x = text or false, dirty}
+local buckets = {}               -- bucket key -> {t = text or false, ts = text or false, dirty}
 local bucketOrder = {}
 local placed, expiring = {}, {}  -- HSET holds / ZADD exp arguments
 local function bucket(rb)
   local b = buckets[rb]
   if not b then
-    local v = redis.call('HMGET', rb, 't', 'ts', 'x')
-    b = {t = v[1], ts = v[2], x = v[3]}
+    local v = redis.call('HMGET', rb, 't', 'ts')
+    b = {t = v[1], ts = v[2]}
     buckets[rb] = b
     table.insert(bucketOrder, rb)
   end
@@ -272,11 +248,6 @@ local function admit1(a)
   local rpm, conc, withMoney = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]
   local ttl = tonumber(ARGV[a + 13])
   local rb = qbase(sum) .. ':rpm:' .. kid
-  -- Every field of the account hash this request reads, in one HMGET (what an earlier request of the
-  -- call read is not read again): the committed balance and spend, and the counters it checks.
-  local want = {'bal', 'bver', ARGV[a + 9], 'total', 'n:' .. kid, 'a:' .. kid}
-  S.load(want)
-  for j = 4, 6 do cnt.seed(want[j], S.get(want[j])) end
   if withMoney == '1' then
     local m, left = money_on(S, cnt, kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
     if m ~= 0 then return {m, string.format('%d', left)}, 0 end
@@ -336,34 +307,18 @@ cnt.flushAll()
 for _, rb in ipairs(bucketOrder) do
   local b = buckets[rb]
   if b.dirty then
-    -- Kept two minutes from a write (an idle minute refills it, so a bucket gone is a full one). The
-    -- expiry is set again only once a minute of it has passed, or on a new bucket (no x): what is left
-    -- never falls under a minute, which a full refill needs. (EXTEND sets it on each write, as before.)
-    if b.x and now - tonumber(b.x) < 60000 then
-      redis.call('HSET', rb, 't', b.t, 'ts', b.ts)
-    else
-      redis.call('HSET', rb, 't', b.t, 'ts', b.ts, 'x', tostring(now))
-      redis.call('PEXPIRE', rb, 120000)
-    end
+    redis.call('HSET', rb, 't', b.t, 'ts', b.ts)
+    redis.call('PEXPIRE', rb, 120000)
   end
 end
 if #placed > 0 then
   redis.call('HSET', holds, unpack(placed))
   redis.call('ZADD', exp, unpack(expiring))
 end
--- The hold records outlive the longest hold placed (each expires on its own in exp) by a minute when set
--- here, and the sum hash outlives them or has no expiry (idle_expiry). They are set again only when the
--- holds hash has less than half a minute more than that left, or was just made (PTTL -1): while requests
--- are in flight one PTTL stands for five commands. That holds because holds and exp are made and emptied
--- together; the sum hash loses its expiry (PERSIST) while a debit is pending and gets one back only here
--- or in COMMITTED, which keeps it no shorter than the holds hash's; and run is only written beside an open
--- hold (an expiry it lacks is set at the next refresh).
+-- The hold records outlive the longest hold placed (each expires on its own in exp).
 if longest > 0 then
-  local keep = longest + 60000
-  if redis.call('PTTL', holds) < keep - 30000 then
-    for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, keep) end
-    idle_expiry(sum, pend, keep)
-  end
+  for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, longest + 60000) end
+  idle_expiry(sum, pend, longest + 60000)
 end
 return out
 `;
@@ -446,25 +401,17 @@ return #ARGV
 const SETTLE = `${LIB}
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
--- Redis's clock, read only when a usage limit is moved.
-local nowv
-local function now() if not nowv then nowv = qnow() end return nowv end
+local now = qnow()
 -- The call's holds and debit records are read ahead in one HMGET each, its counters moved once each
--- (counters) after one HMGET of the fields its keys move, and its writes made once at the end: the
--- script runs alone, so each debit sees what the ones before it in the call left, as if each were its
--- own call. A usage reservation (resv) is read only when the account has one: a settle never makes one.
-local cnt, H, P, C = counters(sum), hashview(holds), hashview(pend), hashview(sum)
+-- (counters), and its writes made once at the end: the script runs alone, so each debit sees what the
+-- ones before it in the call left, as if each were its own call. A usage reservation (resv) is read
+-- only when the account has one: a settle never makes one.
+local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
 local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
-local expGone, runGone, hids, dids, cfs, seen = {}, {}, {}, {}, {'total', 'pending'}, {}
-for i = 2, #ARGV, 9 do
-  table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1])
-  local k = ARGV[i + 2]
-  if not seen[k] then seen[k] = true; table.insert(cfs, 'a:' .. k); table.insert(cfs, 'n:' .. k); table.insert(cfs, 'p:' .. k) end
-end
+local expGone, runGone, hids, dids = {}, {}, {}, {}
+for i = 2, #ARGV, 9 do table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1]) end
 H.load(hids)
 P.load(dids)
-C.load(cfs)
-for _, f in ipairs(cfs) do cnt.seed(f, C.get(f)) end
 -- drop() on the call's view: frees hold r (its amount, its slot, its running record).
 local function dropc(r)
   if hasResv then qrefund(sum, r) end
@@ -479,7 +426,7 @@ end
 for i = 2, #ARGV, 9 do
   local hid, did, k, amt = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not P.get(did) then
-    qmove(sum, k, ARGV[i + 8], 1, now())
+    qmove(sum, k, ARGV[i + 8], 1, now)
     qresv(sum, hid, k, ARGV[i + 8], -1)
     hasResv = true
   end
@@ -499,7 +446,7 @@ for i = 2, #ARGV, 9 do
     end
   end
   -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
-  if not prior and ARGV[i + 7] ~= '' then qmove(sum, k, ARGV[i + 7], -1, now()) end
+  if not prior then qmove(sum, k, ARGV[i + 7], -1, now) end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
     cnt.add(pk, neg(pa))
@@ -545,7 +492,7 @@ for j = 0, m - 1 do
   newer_spend(sum, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3])
 end
 -- With no debit pending, the sum hash expires after five minutes idle, and never before the hold records
--- (admission counts on that to set their expiry only now and then).
+-- it counts (admission sets theirs to a minute past the longest hold, which may be longer).
 idle_expiry(sum, pend, math.max(300000, redis.call('PTTL', holds)))
 return n
 `;
