@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryLimiter } from '../dist/gate/limits/memory.js';
-import { RedisLimiter, DEAD_AFTER_MS } from '../dist/gate/limits/redis.js';
+import { RedisLimiter, DEAD_AFTER_MS, FUNCTIONS_LIBRARY } from '../dist/gate/limits/redis.js';
 import { DebitJournal } from '../dist/ledger/journal.js';
 import { clearRedisPrefix } from './helpers/gateway.mjs';
 import { Redis } from '../node_modules/ioredis/built/index.js';
@@ -190,6 +190,50 @@ test('an account\'s records in Redis expire when idle (the request bucket too), 
   const sumLeft = await ttl('holdsum');
   const holdsLeft = await ttl('holds');
   assert.ok(sumLeft >= holdsLeft && holdsLeft > 400_000, `the sum hash (${sumLeft} ms) outlives the open hold's records (${holdsLeft} ms)`);
+});
+
+test('the scripts run as a Redis Functions library (FCALL); a server that lost it is served by EVALSHA at once and gets it again; a Redis without Functions is served by EVALSHA', { timeout: 30_000 }, async (t) => {
+  const libName = /name=(\S+)/.exec(FUNCTIONS_LIBRARY)[1];
+  const loaded = async (r) => (await r.call('FUNCTION', 'LIST', 'LIBRARYNAME', libName)).length > 0;
+  const counting = (l) => { // admissions by each way
+    const n = { fcall: 0, evalsha: 0 };
+    const fcall = l.redis.fcall.bind(l.redis);
+    l.redis.fcall = (name, ...a) => { if (String(name).startsWith('tg_admit_')) n.fcall++; return fcall(name, ...a); };
+    const admit = l.redis.tgAdmit.bind(l.redis);
+    l.redis.tgAdmit = (...a) => { n.evalsha++; return admit(...a); };
+    return n;
+  };
+  // Loaded at start; an admission goes by FCALL.
+  const l = await redisLimiter(t);
+  assert.equal(await loaded(l.redis), true, 'the library is loaded when the limiter is ready');
+  const n = counting(l);
+  assert.equal((await admit(l, 'f', 'f0', 1_000n, 100_000n)).ok, true);
+  assert.deepEqual(n, { fcall: 1, evalsha: 0 });
+  // The library deleted behind its back (a restart with nothing on disk): the next admission is
+  // answered, by EVALSHA, with the same rule (the first hold still counts), and the library comes back.
+  await l.redis.call('FUNCTION', 'DELETE', libName);
+  assert.deepEqual(await admit(l, 'f', 'f1', 99_001n, 100_000n, { cover: true }), { ok: false, reason: 'insufficient_balance', available: 99_000n });
+  assert.deepEqual(n, { fcall: 2, evalsha: 1 });
+  for (let i = 0; i < 50 && !(await loaded(l.redis)); i++) await new Promise((r) => setTimeout(r, 100));
+  assert.equal(await loaded(l.redis), true, 'loaded again');
+  await l.settle('f0', debit('f', 'f0', 400n), true);
+  assert.equal((await l.pendingOf('f', 'key_f')).account, 400n);
+  assert.equal((await admit(l, 'f', 'f2', 10n, 100_000n)).ok, true);
+  assert.deepEqual(n, { fcall: 3, evalsha: 1 }, 'FCALL again once it is back');
+  // A server without Functions (Redis before 7): every script by EVALSHA, the same answers.
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const old = new RedisLimiter(REDIS, prefix);
+  const call = old.redis.call.bind(old.redis);
+  old.redis.call = (cmd, ...a) => (String(cmd).toUpperCase() === 'FUNCTION' ? Promise.reject(new Error("ERR unknown command 'FUNCTION', with args beginning with: 'LOAD'")) : call(cmd, ...a));
+  await old.ready();
+  t.after(async () => { await old.close().catch(() => undefined); await clearRedisPrefix(prefix); });
+  const m = counting(old);
+  assert.equal((await admit(old, 'g', 'g0', 1_000n, 100_000n)).ok, true);
+  assert.deepEqual(await admit(old, 'g', 'g1', 99_001n, 100_000n, { cover: true }), { ok: false, reason: 'insufficient_balance', available: 99_000n });
+  await old.settle('g0', debit('g', 'g0', 400n), true);
+  await old.committed('g', ['g0'], { balance: { amount: 99_600n, version: 2n }, spends: [] });
+  assert.deepEqual(await old.pendingOf('g', 'key_g'), { account: 0n, key: 0n });
+  assert.deepEqual(m, { fcall: 0, evalsha: 2 });
 });
 
 test('a turn of settles of one account (finals freeing their slots, a session\'s part then its final, one debit recorded twice) leaves the same record in Redis as one at a time', async (t) => {
@@ -563,9 +607,12 @@ test('a turn of admissions over two accounts is decided in order, each as if alo
     const together = await fresh();
     let calls = 0;
     if (kind === 'redis') {
+      // The script goes by FCALL (Redis 7, the library loaded) or by EVALSHA: either counts.
       const r = together.redis;
       const admitScript = r.tgAdmit.bind(r);
       r.tgAdmit = (...a) => { calls++; return admitScript(...a); };
+      const fcall = r.fcall.bind(r);
+      r.fcall = (name, ...a) => { if (String(name).startsWith('tg_admit_')) calls++; return fcall(name, ...a); };
     }
     const inOneTurn = (await Promise.all(asks.map((a) => ask(together, a)))).map(gist);
     assert.deepEqual(oneByOne, expected, `${kind}: one at a time`);

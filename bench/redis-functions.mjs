@@ -1,0 +1,71 @@
+// An experiment for a lead, not what Tollgate runs: the admission and settle scripts of
+// src/gate/limits/redis.ts as they are (EVALSHA, the shared Lua library defined again on every call)
+// against the same code loaded once as a Redis Functions library (FCALL, Redis 7), one request at a time
+// with realistic arguments. Prints script µs per request (INFO commandstats) and redis-server CPU per
+// request (/proc), alternating the two ways.
+// `node bench/redis-functions.mjs [--requests N] [--pairs P] [--open K]`
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import Redis from 'ioredis';
+import { ROOT, usage } from './lib.mjs';
+
+const args = process.argv.slice(2);
+const opt = (n, d) => (args.includes(n) ? args[args.indexOf(n) + 1] : d);
+const N = Number(opt('--requests', '3000'));
+const PAIRS = Number(opt('--pairs', '3'));
+const OPEN = Number(opt('--open', '8'));
+
+const src = readFileSync(join(ROOT, 'src/gate/limits/redis.ts'), 'utf8');
+const LIB = /const LIB = `([\s\S]*?)`;/.exec(src)[1];
+const body = (name) => /`\$\{LIB\}([\s\S]*?)`;/.exec(src.slice(src.indexOf(`const ${name} = \``)))[1].replaceAll('${ADMIT_ARGS}', '16');
+const ADMIT = body('ADMIT');
+const SETTLE = body('SETTLE');
+const COMMITTED = body('COMMITTED');
+const tag = randomBytes(4).toString('hex');
+const lib = `#!lua name=tgbench_${tag}\n${LIB}\n` + [['admit', ADMIT], ['settle', SETTLE], ['committed', COMMITTED]]
+  .map(([n, b]) => `redis.register_function('tgb_${n}_${tag}', function(KEYS, ARGV)\n${b}\nend)`).join('\n');
+
+const r = new Redis(process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379');
+await r.call('FUNCTION', 'LOAD', lib);
+const sha = {
+  admit: await r.script('LOAD', LIB + ADMIT), settle: await r.script('LOAD', LIB + SETTLE), committed: await r.script('LOAD', LIB + COMMITTED),
+};
+const redisPid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1] ?? 0);
+const month = new Date().toISOString().slice(0, 7) + '-01';
+const owner = 'ibench';
+
+function keysOf(p) { return [`${p}:holdsum`, `${p}:holds`, `${p}:holdexp`, `${p}:run`, `${p}:pend`]; }
+const admitArgs = (id) => [owner, id, 'key_0123456789abcdef', '4100', '1000000000', '1000000', '1', '100000000000000', '17', '',
+  `sm:key_0123456789abcdef`, month, '0', '3', '180000', '', ''];
+const entry = (id) => JSON.stringify({ idemKey: id, nonce: 'n0123456789abcdef', accountId: 'acct_0123456789abcdef', keyId: 'key_0123456789abcdef', kind: 'debit',
+  amount: '4075', reason: 'usage', model: 'sim-chat', usage: { input_tokens: 14, output_tokens: 16, prices: { input_per_mtok: '0.30', output_per_mtok: '2.50' },
+    started_at: new Date().toISOString(), upstream: 'sim', route: '/v1/chat/completions' }, at: new Date().toISOString() });
+
+async function run(way, n) {
+  const p = `tgbench:${tag}:${way}:{acct}`;
+  const keys = keysOf(p);
+  const call = (name, nk, ...a) => (way === 'fcall' ? r.call('FCALL', `tgb_${name}_${tag}`, nk, ...a) : r.evalsha(sha[name], nk, ...a));
+  for (let k = 0; k < OPEN; k++) await call('admit', 5, ...keys, ...admitArgs(`open${k}`));
+  const one = async (i) => {
+    const id = `chatcmpl-${i}`;
+    await call('admit', 5, ...keys, ...admitArgs(id));
+    await call('settle', 5, ...keys, owner, id, id, 'key_0123456789abcdef', '4075', entry(id), '1', '4075', '', '');
+    if (i % 50 === 49) await call('committed', 3, keys[0], keys[4], keys[1], '50', ...Array.from({ length: 50 }, (_, j) => `chatcmpl-${i - j}`), '', '', '0');
+  };
+  for (let i = 0; i < 300; i++) await one(i);
+  await r.config('RESETSTAT');
+  const cpu0 = usage(redisPid).cpu;
+  for (let i = 300; i < 300 + n; i++) await one(i);
+  const cpu = usage(redisPid).cpu - cpu0;
+  const stats = await r.info('commandstats');
+  const m = new RegExp(`cmdstat_${way === 'fcall' ? 'fcall' : 'evalsha'}:calls=(\\d+),usec=(\\d+)`).exec(stats);
+  await r.del(...keys, `${p}:rpm:key_0123456789abcdef`);
+  return { way, script_us_per_request: +(Number(m[2]) / n).toFixed(1), redis_server_cpu_us_per_request: +(cpu * 1e6 / n).toFixed(1) };
+}
+
+const out = [];
+for (let i = 0; i < PAIRS; i++) for (const way of i % 2 ? ['fcall', 'evalsha'] : ['evalsha', 'fcall']) out.push(await run(way, N));
+console.log(JSON.stringify({ requests: N, open: OPEN, runs: out }));
+await r.call('FUNCTION', 'DELETE', `tgbench_${tag}`);
+r.disconnect();
