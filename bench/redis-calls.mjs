@@ -11,6 +11,7 @@ import { pathToFileURL } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import { ROOT, usage } from './lib.mjs';
+import { clearRedisPrefix } from '../test/helpers/gateway.mjs';
 
 const args = process.argv.slice(2);
 const opt = (n, d) => (args.includes(n) ? args[args.indexOf(n) + 1] : d);
@@ -75,12 +76,6 @@ for (let r = 0; r < ROUNDS; r++) {
 }
 console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, open: OPEN, rounds }));
 
-// Clean up this run's keys.
-let cursor = '0';
-do {
-  const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-  cursor = next;
-  if (keys.length) await admin.del(...keys);
-} while (cursor !== '0');
+await clearRedisPrefix(prefix, URL_);
 await limiter.close();
 admin.disconnect();
