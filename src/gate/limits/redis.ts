@@ -114,39 +114,39 @@ end
 -- end (flush): a script runs alone, so no one sees the deferred write, and the final value is what moving
 -- each at once would leave. A field left at 0 is removed, except total; an n: field at or below 0 is
 -- removed too, as drop() removes it. A move of more digits than a Lua number adds exactly is written at
--- once. value(f) is the field as the moves so far left it.
-local function counters(sum)
-  local c, delta, base, order = {}, {}, {}, {}
-  local function touch(f) if not delta[f] then delta[f] = 0; table.insert(order, f) end end
-  local function write(f, text)
-    local v = redis.call('HINCRBY', sum, f, text)
-    if (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') then redis.call('HDEL', sum, f); v = 0 end
-    if base[f] then base[f] = v end
-  end
-  function c.flush(f)
-    if delta[f] ~= 0 then write(f, string.format('%d', delta[f])); delta[f] = 0 end
-  end
-  function c.move(f, text)
-    touch(f)
-    if string.len(text) > 15 or math.abs(delta[f]) >= 2 ^ 52 then c.flush(f); write(f, text); return end
-    delta[f] = delta[f] + tonumber(text)
-  end
-  function c.value(f)
-    touch(f)
-    if not base[f] then base[f] = tonumber(redis.call('HGET', sum, f) or '0') end
-    return base[f] + delta[f]
-  end
-  function c.flushAll() for _, f in ipairs(order) do c.flush(f) end end
-  -- add() and pending() above, on the call's counters.
-  function c.add(k, amt)
-    if amt == '0' or amt == '-0' then return end
-    c.move('total', amt); c.move('a:' .. k, amt)
-  end
-  function c.pending(k, amt)
-    if amt == '0' or amt == '-0' then return end
-    c.move('pending', amt); c.move('p:' .. k, amt)
-  end
-  return c
+-- once. value(f) is the field as the moves so far left it. Methods on a metatable, not closures: a
+-- call makes one table per instance (with the Functions library, the methods are defined once).
+local Counters = {}
+Counters.__index = Counters
+local function counters(sum) return setmetatable({sum = sum, delta = {}, base = {}, order = {}}, Counters) end
+function Counters:touch(f) if not self.delta[f] then self.delta[f] = 0; table.insert(self.order, f) end end
+function Counters:write(f, text)
+  local v = redis.call('HINCRBY', self.sum, f, text)
+  if (v == 0 and f ~= 'total') or (v < 0 and string.sub(f, 1, 2) == 'n:') then redis.call('HDEL', self.sum, f); v = 0 end
+  if self.base[f] then self.base[f] = v end
+end
+function Counters:flush(f)
+  if self.delta[f] ~= 0 then self:write(f, string.format('%d', self.delta[f])); self.delta[f] = 0 end
+end
+function Counters:move(f, text)
+  self:touch(f)
+  if string.len(text) > 15 or math.abs(self.delta[f]) >= 2 ^ 52 then self:flush(f); self:write(f, text); return end
+  self.delta[f] = self.delta[f] + tonumber(text)
+end
+function Counters:value(f)
+  self:touch(f)
+  if not self.base[f] then self.base[f] = tonumber(redis.call('HGET', self.sum, f) or '0') end
+  return self.base[f] + self.delta[f]
+end
+function Counters:flushAll() for _, f in ipairs(self.order) do self:flush(f) end end
+-- add() and pending() above, on the call's counters.
+function Counters:add(k, amt)
+  if amt == '0' or amt == '-0' then return end
+  self:move('total', amt); self:move('a:' .. k, amt)
+end
+function Counters:pending(k, amt)
+  if amt == '0' or amt == '-0' then return end
+  self:move('pending', amt); self:move('p:' .. k, amt)
 end
 -- Runs cmd on key with the items as arguments, a thousand at a time.
 local function chunked(cmd, key, items)
@@ -154,49 +154,48 @@ local function chunked(cmd, key, items)
 end
 -- A call's view of a hash: fields read ahead in one HMGET (load) or on first use, written and removed
 -- once at the end (flush), with the same effect as each write made at once.
-local function hashview(key)
-  local v, cache, sets, dels = {}, {}, {}, {}
-  function v.load(fields)
-    local part, seen = {}, {}
-    for _, f in ipairs(fields) do
-      if cache[f] == nil and not seen[f] then seen[f] = true; table.insert(part, f) end
-    end
-    for i = 1, #part, 1000 do
-      local last = math.min(#part, i + 999)
-      local r = redis.call('HMGET', key, unpack(part, i, last))
-      for j = i, last do cache[part[j]] = r[j - i + 1] end
-    end
+local HashView = {}
+HashView.__index = HashView
+local function hashview(key) return setmetatable({key = key, cache = {}, sets = {}, dels = {}}, HashView) end
+function HashView:load(fields)
+  local part, seen, cache = {}, {}, self.cache
+  for _, f in ipairs(fields) do
+    if cache[f] == nil and not seen[f] then seen[f] = true; table.insert(part, f) end
   end
-  function v.get(f)
-    local x = cache[f]
-    if x == nil then x = redis.call('HGET', key, f); cache[f] = x end
-    return x or nil
+  for i = 1, #part, 1000 do
+    local last = math.min(#part, i + 999)
+    local r = redis.call('HMGET', self.key, unpack(part, i, last))
+    for j = i, last do cache[part[j]] = r[j - i + 1] end
   end
-  function v.set(f, val) cache[f] = val; sets[f] = true; dels[f] = nil end
-  function v.del(f) cache[f] = false; sets[f] = nil; dels[f] = true end
-  function v.flush()
-    local pairs_, gone = {}, {}
-    for f in pairs(sets) do table.insert(pairs_, f); table.insert(pairs_, cache[f]) end
-    for f in pairs(dels) do table.insert(gone, f) end
-    if #pairs_ > 0 then chunked('HSET', key, pairs_) end
-    if #gone > 0 then chunked('HDEL', key, gone) end
-  end
-  return v
+end
+function HashView:get(f)
+  local x = self.cache[f]
+  if x == nil then x = redis.call('HGET', self.key, f); self.cache[f] = x end
+  return x or nil
+end
+function HashView:set(f, val) self.cache[f] = val; self.sets[f] = true; self.dels[f] = nil end
+function HashView:del(f) self.cache[f] = false; self.sets[f] = nil; self.dels[f] = true end
+function HashView:flush()
+  local pairs_, gone = {}, {}
+  for f in pairs(self.sets) do table.insert(pairs_, f); table.insert(pairs_, self.cache[f]) end
+  for f in pairs(self.dels) do table.insert(gone, f) end
+  if #pairs_ > 0 then chunked('HSET', self.key, pairs_) end
+  if #gone > 0 then chunked('HDEL', self.key, gone) end
 end
 -- The money rule (admission and extension alike), on a call's views of the account hash (S, a hashview
 -- of it, and cnt, its counters): takes the committed balance and spend passed in if newer, then 0 = room
 -- left, 1 = balance used up by holds and pending debits, 2 = the key's ceiling reached, with what was
 -- left. With cover = '1', what is left must also cover need (this request's known cost).
 local function money_on(S, cnt, k, bal, bver, ceiling, field, start, spent, sver, need, cover)
-  S.load({'bal', 'bver', field})
-  if bal ~= '' and balance_newer(S.get('bver'), bver) then S.set('bal', bal); S.set('bver', bver) end
-  if spend_newer(S.get(field), start, sver) then S.set(field, start .. '|' .. spent .. '|' .. sver) end
-  local avail = tonumber(S.get('bal')) - cnt.value('total')
+  S:load({'bal', 'bver', field})
+  if bal ~= '' and balance_newer(S:get('bver'), bver) then S:set('bal', bal); S:set('bver', bver) end
+  if spend_newer(S:get(field), start, sver) then S:set(field, start .. '|' .. spent .. '|' .. sver) end
+  local avail = tonumber(S:get('bal')) - cnt:value('total')
   if avail <= 0 or (cover == '1' and avail < tonumber(need)) then return 1, avail end
   if ceiling == '' then return 0, 0 end
-  local s0, used = string.match(S.get(field), '^([^|]*)|(%d+)|')
+  local s0, used = string.match(S:get(field), '^([^|]*)|(%d+)|')
   if s0 ~= start then used = '0' end
-  local left = tonumber(ceiling) - tonumber(used) - cnt.value('a:' .. k)
+  local left = tonumber(ceiling) - tonumber(used) - cnt:value('a:' .. k)
   if left <= 0 or (cover == '1' and left < tonumber(need)) then return 2, left end
   return 0, 0
 end
@@ -204,7 +203,7 @@ end
 local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need, cover)
   local S = hashview(sum)
   local m, left = money_on(S, counters(sum), k, bal, bver, ceiling, field, start, spent, sver, need, cover)
-  S.flush()
+  S:flush()
   return m, left
 end
 local function idle_expiry(sum, pend, ms)
@@ -258,7 +257,7 @@ local function admit1(a)
   local tokens = tonumber(b.t) or rpm
   local ts = tonumber(b.ts) or now
   tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
-  local mineN = cnt.value('n:' .. kid)
+  local mineN = cnt:value('n:' .. kid)
   if tokens < 1 then
     setBucket(rb, tokens)
     return {3, 0, math.ceil((rpm - tokens) / rate), math.ceil((1 - tokens) / rate)}, 0
@@ -292,8 +291,8 @@ local function admit1(a)
   setBucket(rb, tokens)
   table.insert(placed, rid); table.insert(placed, kid .. '|' .. hold .. '|' .. owner)
   table.insert(expiring, now + ttl); table.insert(expiring, rid)
-  cnt.add(kid, hold)
-  cnt.move('n:' .. kid, '1')
+  cnt:add(kid, hold)
+  cnt:move('n:' .. kid, '1')
   return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}, ttl
 end
 local out, longest = {}, 0
@@ -303,8 +302,8 @@ for a = 2, #ARGV, ${ADMIT_ARGS} do
   if ttl > longest then longest = ttl end
 end
 -- The call's writes, each once.
-S.flush()
-cnt.flushAll()
+S:flush()
+cnt:flushAll()
 for _, rb in ipairs(bucketOrder) do
   local b = buckets[rb]
   if b.dirty then
@@ -411,38 +410,38 @@ local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
 local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
 local expGone, runGone, hids, dids = {}, {}, {}, {}
 for i = 2, #ARGV, 9 do table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1]) end
-H.load(hids)
-P.load(dids)
+H:load(hids)
+P:load(dids)
 -- drop() on the call's view: frees hold r (its amount, its slot, its running record).
 local function dropc(r)
   if hasResv then qrefund(sum, r) end
   table.insert(expGone, r); table.insert(runGone, r)
-  local rec = H.get(r)
+  local rec = H:get(r)
   if not rec then return end
   local k, amt = string.match(rec, '^([^|]*)|(%d+)')
-  cnt.add(k, neg(amt))
-  cnt.move('n:' .. k, '-1')
-  H.del(r)
+  cnt:add(k, neg(amt))
+  cnt:move('n:' .. k, '-1')
+  H:del(r)
 end
 for i = 2, #ARGV, 9 do
   local hid, did, k, amt = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not P.get(did) then
+  if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not P:get(did) then
     qmove(sum, k, ARGV[i + 8], 1, now)
     qresv(sum, hid, k, ARGV[i + 8], -1)
     hasResv = true
   end
   -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
-  local prior = P.get(did)
+  local prior = P:get(did)
   if ARGV[i + 5] == '1' then dropc(hid)
   elseif not prior then
     -- A part: the stretch of the hold it used (ARGV[i + 6]) comes off the hold, never below zero.
-    local rec = H.get(hid)
+    local rec = H:get(hid)
     if rec then
       local hk, hamt, howner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
       local off = math.min(tonumber(hamt), tonumber(ARGV[i + 6]))
       if off > 0 then
-        H.set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
-        cnt.add(hk, string.format('%d', -off))
+        H:set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
+        cnt:add(hk, string.format('%d', -off))
       end
     end
   end
@@ -450,16 +449,16 @@ for i = 2, #ARGV, 9 do
   if not prior then qmove(sum, k, ARGV[i + 7], -1, now) end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
-    cnt.add(pk, neg(pa))
-    cnt.pending(pk, neg(pa))
+    cnt:add(pk, neg(pa))
+    cnt:pending(pk, neg(pa))
   end
-  cnt.add(k, amt)
-  cnt.pending(k, amt)
-  P.set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. ARGV[i + 4])
+  cnt:add(k, amt)
+  cnt:pending(k, amt)
+  P:set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. ARGV[i + 4])
 end
-cnt.flushAll()
-H.flush()
-P.flush()
+cnt:flushAll()
+H:flush()
+P:flush()
 if #expGone > 0 then chunked('ZREM', exp, expGone) end
 if #runGone > 0 then chunked('HDEL', run, runGone) end
 redis.call('PERSIST', sum)
@@ -474,18 +473,18 @@ local n = tonumber(ARGV[1])
 -- finds its record gone the second time, so it counts once.
 local cnt, P, ids = counters(sum), hashview(pend), {}
 for i = 2, n + 1 do table.insert(ids, ARGV[i]) end
-P.load(ids)
+P:load(ids)
 for _, id in ipairs(ids) do
-  local rec = P.get(id)
+  local rec = P:get(id)
   if rec then
     local k, amt = string.match(rec, '^([^|]*)|(%d+)|')
-    cnt.add(k, neg(amt))
-    cnt.pending(k, neg(amt))
-    P.del(id)
+    cnt:add(k, neg(amt))
+    cnt:pending(k, neg(amt))
+    P:del(id)
   end
 end
-cnt.flushAll()
-P.flush()
+cnt:flushAll()
+P:flush()
 newer_balance(sum, ARGV[n + 2], ARGV[n + 3])
 local m = tonumber(ARGV[n + 4])
 for j = 0, m - 1 do
