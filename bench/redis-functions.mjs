@@ -1,11 +1,11 @@
 // An experiment for a lead, not what Tollgate runs: the admission and settle scripts of
-// src/gate/limits/redis.ts as they are (EVALSHA, the shared Lua library defined again on every call)
+// src/gate/limits/redis.ts as built (dist, or --dist DIR) (EVALSHA, the shared Lua library defined again on every call)
 // against the same code loaded once as a Redis Functions library (FCALL, Redis 7), one request at a time
 // with realistic arguments. Prints script µs per request (INFO commandstats) and redis-server CPU per
 // request (/proc), alternating the two ways.
-// `node bench/redis-functions.mjs [--requests N] [--pairs P] [--open K]`
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+// `node bench/redis-functions.mjs [--requests N] [--pairs P] [--open K] [--dist DIR]`
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import Redis from 'ioredis';
 import { ROOT, usage } from './lib.mjs';
@@ -16,20 +16,16 @@ const N = Number(opt('--requests', '3000'));
 const PAIRS = Number(opt('--pairs', '3'));
 const OPEN = Number(opt('--open', '8'));
 
-const src = readFileSync(join(ROOT, 'src/gate/limits/redis.ts'), 'utf8');
-const LIB = /const LIB = `([\s\S]*?)`;/.exec(src)[1];
-const body = (name) => /`\$\{LIB\}([\s\S]*?)`;/.exec(src.slice(src.indexOf(`const ${name} = \``)))[1].replaceAll('${ADMIT_ARGS}', '16');
-const ADMIT = body('ADMIT');
-const SETTLE = body('SETTLE');
-const COMMITTED = body('COMMITTED');
+const DIST = resolve(opt('--dist', join(ROOT, 'dist')));
+const { SCRIPTS, functionsLibrary } = await import(pathToFileURL(join(DIST, 'gate/limits/redis.js')).href);
 const tag = randomBytes(4).toString('hex');
-const lib = `#!lua name=tgbench_${tag}\n${LIB}\n` + [['admit', ADMIT], ['settle', SETTLE], ['committed', COMMITTED]]
-  .map(([n, b]) => `redis.register_function('tgb_${n}_${tag}', function(KEYS, ARGV)\n${b}\nend)`).join('\n');
+// The limiter's own library and script texts, under this run's names (so a gateway's library is not touched).
+const lib = functionsLibrary(tag, 'tgbench', 'tgb');
 
 const r = new Redis(process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379');
-await r.call('FUNCTION', 'LOAD', lib);
+await r.call('FUNCTION', 'LOAD', lib.library);
 const sha = {
-  admit: await r.script('LOAD', LIB + ADMIT), settle: await r.script('LOAD', LIB + SETTLE), committed: await r.script('LOAD', LIB + COMMITTED),
+  admit: await r.script('LOAD', SCRIPTS.admit.lua), settle: await r.script('LOAD', SCRIPTS.settle.lua), committed: await r.script('LOAD', SCRIPTS.committed.lua),
 };
 const redisPid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1] ?? 0);
 const month = new Date().toISOString().slice(0, 7) + '-01';
@@ -45,13 +41,13 @@ const entry = (id) => JSON.stringify({ idemKey: id, nonce: 'n0123456789abcdef', 
 async function run(way, n) {
   const p = `tgbench:${tag}:${way}:{acct}`;
   const keys = keysOf(p);
-  const call = (name, nk, ...a) => (way === 'fcall' ? r.call('FCALL', `tgb_${name}_${tag}`, nk, ...a) : r.evalsha(sha[name], nk, ...a));
-  for (let k = 0; k < OPEN; k++) await call('admit', 5, ...keys, ...admitArgs(`open${k}`));
+  const call = (name, ...a) => (way === 'fcall' ? r.call('FCALL', lib.name(name), SCRIPTS[name].keys, ...a) : r.evalsha(sha[name], SCRIPTS[name].keys, ...a));
+  for (let k = 0; k < OPEN; k++) await call('admit', ...keys, ...admitArgs(`open${k}`));
   const one = async (i) => {
     const id = `chatcmpl-${i}`;
-    await call('admit', 5, ...keys, ...admitArgs(id));
-    await call('settle', 5, ...keys, owner, id, id, 'key_0123456789abcdef', '4075', entry(id), '1', '4075', '', '');
-    if (i % 50 === 49) await call('committed', 3, keys[0], keys[4], keys[1], '50', ...Array.from({ length: 50 }, (_, j) => `chatcmpl-${i - j}`), '', '', '0');
+    await call('admit', ...keys, ...admitArgs(id));
+    await call('settle', ...keys, owner, id, id, 'key_0123456789abcdef', '4075', entry(id), '1', '4075', '', '');
+    if (i % 50 === 49) await call('committed', keys[0], keys[4], keys[1], '50', ...Array.from({ length: 50 }, (_, j) => `chatcmpl-${i - j}`), '', '', '0');
   };
   for (let i = 0; i < 300; i++) await one(i);
   await r.config('RESETSTAT');
@@ -67,5 +63,5 @@ async function run(way, n) {
 const out = [];
 for (let i = 0; i < PAIRS; i++) for (const way of i % 2 ? ['fcall', 'evalsha'] : ['evalsha', 'fcall']) out.push(await run(way, N));
 console.log(JSON.stringify({ requests: N, open: OPEN, runs: out }));
-await r.call('FUNCTION', 'DELETE', `tgbench_${tag}`);
+await r.call('FUNCTION', 'DELETE', lib.libraryName);
 r.disconnect();

@@ -199,13 +199,21 @@ test('the scripts run as a Redis Functions library (FCALL); a server that lost i
     const n = { fcall: 0, evalsha: 0 };
     const fcall = l.redis.fcall.bind(l.redis);
     l.redis.fcall = (name, ...a) => { if (String(name).startsWith('tg_admit_')) n.fcall++; return fcall(name, ...a); };
-    const admit = l.redis.tgAdmit.bind(l.redis);
-    l.redis.tgAdmit = (...a) => { n.evalsha++; return admit(...a); };
+    const admit = l.redis.tg_eval_admit.bind(l.redis);
+    l.redis.tg_eval_admit = (...a) => { n.evalsha++; return admit(...a); };
     return n;
   };
-  // Loaded at start; an admission goes by FCALL.
-  const l = await redisLimiter(t);
+  // Loaded at start, once; an admission goes by FCALL.
+  const lPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const l = new RedisLimiter(REDIS, lPrefix);
+  t.after(async () => { await l.close().catch(() => undefined); await clearRedisPrefix(lPrefix); });
+  let loads = 0;
+  const lCall = l.redis.call.bind(l.redis);
+  l.redis.call = (cmd, ...a) => { if (String(cmd).toUpperCase() === 'FUNCTION' && a[0] === 'LOAD') loads++; return lCall(cmd, ...a); };
+  await l.ready();
+  await new Promise((r) => setTimeout(r, 300));
   assert.equal(await loaded(l.redis), true, 'the library is loaded when the limiter is ready');
+  assert.equal(loads, 1, 'loaded once at start');
   const n = counting(l);
   assert.equal((await admit(l, 'f', 'f0', 1_000n, 100_000n)).ok, true);
   assert.deepEqual(n, { fcall: 1, evalsha: 0 });
@@ -609,8 +617,8 @@ test('a turn of admissions over two accounts is decided in order, each as if alo
     if (kind === 'redis') {
       // The script goes by FCALL (Redis 7, the library loaded) or by EVALSHA: either counts.
       const r = together.redis;
-      const admitScript = r.tgAdmit.bind(r);
-      r.tgAdmit = (...a) => { calls++; return admitScript(...a); };
+      const admitScript = r.tg_eval_admit.bind(r);
+      r.tg_eval_admit = (...a) => { calls++; return admitScript(...a); };
       const fcall = r.fcall.bind(r);
       r.fcall = (name, ...a) => { if (String(name).startsWith('tg_admit_')) calls++; return fcall(name, ...a); };
     }

@@ -554,28 +554,41 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LI
  * (bench/redis-functions.mjs, docs/benchmarks.md). The library's name and its functions' carry a hash of
  * the code, so instances of two versions (a rolling upgrade) each call their own.
  */
-const BODIES = { admit: ADMIT, release: RELEASE, extend: EXTEND, shrink: SHRINK, settle: SETTLE, committed: COMMITTED, takeover: TAKEOVER } as const;
-type ScriptName = keyof typeof BODIES;
-const EVALSHA_OF: Record<ScriptName, 'tgAdmit' | 'tgRelease' | 'tgExtend' | 'tgShrink' | 'tgSettle' | 'tgCommitted' | 'tgTakeover'> = {
-  admit: 'tgAdmit', release: 'tgRelease', extend: 'tgExtend', shrink: 'tgShrink', settle: 'tgSettle', committed: 'tgCommitted', takeover: 'tgTakeover',
-};
-const CODE_HASH = createHash('sha1').update(Object.values(BODIES).join('\n')).digest('hex').slice(0, 12);
-const functionName = (n: ScriptName): string => `tg_${n}_${CODE_HASH}`;
+export const SCRIPTS = {
+  admit: { lua: ADMIT, keys: 5 },
+  release: { lua: RELEASE, keys: 4 },
+  extend: { lua: EXTEND, keys: 4 },
+  shrink: { lua: SHRINK, keys: 2 },
+  settle: { lua: SETTLE, keys: 5 },
+  committed: { lua: COMMITTED, keys: 3 },
+  takeover: { lua: TAKEOVER, keys: 5 },
+} as const;
+type ScriptName = keyof typeof SCRIPTS;
+const SCRIPT_NAMES = Object.keys(SCRIPTS) as ScriptName[];
+/** The ioredis command (EVALSHA, loading the text on NOSCRIPT) that runs a script. */
+const evalName = (n: ScriptName): string => `tg_eval_${n}`;
+/**
+ * The Functions library of SCRIPTS: named `<library>_<hash>`, each script registered as `<fn>_<script>_<hash>`.
+ * The limiter's is `tollgate_…`/`tg_…`; a bench loads its own copy under other names.
+ */
+export function functionsLibrary(hash: string, library = 'tollgate', fn = 'tg'): { library: string; libraryName: string; name(n: ScriptName): string } {
+  const name = (n: ScriptName): string => `${fn}_${n}_${hash}`;
+  const libraryName = `${library}_${hash}`;
+  return {
+    libraryName, name,
+    library: `#!lua name=${libraryName}\n${LIB}\n` + SCRIPT_NAMES
+      .map((n) => `redis.register_function('${name(n)}', function(KEYS, ARGV)\n${SCRIPTS[n].lua.slice(LIB.length)}\nend)`).join('\n'),
+  };
+}
+const CODE_HASH = createHash('sha1').update(SCRIPT_NAMES.map((n) => SCRIPTS[n].lua).join('\n')).digest('hex').slice(0, 12);
+const LIBRARY = functionsLibrary(CODE_HASH);
 /** Each script is LIB followed by its body: the library defines LIB once and registers each body as a function. */
-export const FUNCTIONS_LIBRARY = `#!lua name=tollgate_${CODE_HASH}\n${LIB}\n` + (Object.keys(BODIES) as ScriptName[])
-  .map((n) => `redis.register_function('${functionName(n)}', function(KEYS, ARGV)\n${BODIES[n].slice(LIB.length)}\nend)`).join('\n');
+export const FUNCTIONS_LIBRARY = LIBRARY.library;
 
 type Scripted = RedisClient & {
-  tgAdmit(...args: string[]): Promise<(number | string)[][]>;
-  tgRelease(...args: string[]): Promise<number>;
-  tgExtend(...args: string[]): Promise<(number | string)[]>;
-  tgShrink(...args: string[]): Promise<number>;
-  tgSettle(...args: string[]): Promise<number>;
-  tgCommitted(...args: string[]): Promise<number>;
-  tgTakeover(...args: string[]): Promise<string[]>;
   tgBeat(...args: string[]): Promise<number>;
   tgSilent(...args: string[]): Promise<string[]>;
-};
+} & { [k: string]: unknown };
 
 interface Batch<T> { items: T[]; done: Promise<void>; settle(err?: unknown): void }
 
@@ -660,13 +673,7 @@ export class RedisLimiter implements Limiter {
       (r as Scripted).tgBeat(this.instancesKey(), this.owner).catch(() => undefined);
       void this.loadFunctions();
     });
-    r.defineCommand('tgAdmit', { numberOfKeys: 5, lua: ADMIT });
-    r.defineCommand('tgRelease', { numberOfKeys: 4, lua: RELEASE });
-    r.defineCommand('tgExtend', { numberOfKeys: 4, lua: EXTEND });
-    r.defineCommand('tgShrink', { numberOfKeys: 2, lua: SHRINK });
-    r.defineCommand('tgSettle', { numberOfKeys: 5, lua: SETTLE });
-    r.defineCommand('tgCommitted', { numberOfKeys: 3, lua: COMMITTED });
-    r.defineCommand('tgTakeover', { numberOfKeys: 5, lua: TAKEOVER });
+    for (const n of SCRIPT_NAMES) r.defineCommand(evalName(n), { numberOfKeys: SCRIPTS[n].keys, lua: SCRIPTS[n].lua });
     r.defineCommand('tgBeat', { numberOfKeys: 1, lua: BEAT });
     r.defineCommand('tgSilent', { numberOfKeys: 1, lua: SILENT });
     this.redis = r as Scripted;
@@ -701,10 +708,10 @@ export class RedisLimiter implements Limiter {
    * function is not there (restarted with nothing on disk, or a replica promoted before it had the
    * library) did not run it, so the call goes again by EVALSHA at once and the library is loaded again.
    */
-  private script<T>(name: ScriptName, numKeys: number, ...args: string[]): Promise<T> {
-    const byEval = (): Promise<T> => (this.redis[EVALSHA_OF[name]] as (...a: string[]) => Promise<T>).apply(this.redis, args);
+  private script<T>(name: ScriptName, ...args: string[]): Promise<T> {
+    const byEval = (): Promise<T> => (this.redis[evalName(name)] as (...a: string[]) => Promise<T>).apply(this.redis, args);
     if (!this.functions) return byEval();
-    return (this.redis.fcall(functionName(name), numKeys, ...args) as Promise<T>).catch((e: unknown) => {
+    return (this.redis.fcall(LIBRARY.name(name), SCRIPTS[name].keys, ...args) as Promise<T>).catch((e: unknown) => {
       if (!/function not found/i.test(String((e as Error)?.message))) throw e;
       this.functions = false;
       void this.loadFunctions();
@@ -726,7 +733,8 @@ export class RedisLimiter implements Limiter {
     }
     await this.redis.ping();
     await this.redis.tgBeat(this.instancesKey(), this.owner);
-    await this.loadFunctions();
+    // The 'ready' event has loaded the library already, or is loading it (then this waits for that load).
+    if (!this.functions) await this.loadFunctions();
     const tick = () => {
       this.redis.tgBeat(this.instancesKey(), this.owner).catch(() => undefined);
       if (!this.functions) void this.loadFunctions();
@@ -786,7 +794,7 @@ export class RedisLimiter implements Limiter {
             String(i.ttlMs), i.cover ? '1' : '', quotaArg(i.quotas));
         }
         // Each request's answer or the call's error reaches its own caller: the slice's promise never rejects.
-        return this.script<(number | string)[][]>('admit', 5, sum, holds, exp, run, pend, ...args).then(
+        return this.script<(number | string)[][]>('admit', sum, holds, exp, run, pend, ...args).then(
           (replies) => { for (let j = 0; j < part.length; j++) part[j]!.resolve(admitOutcome(replies[j]!, part[j]!.i)); },
           (e: unknown) => { for (const p of part) p.reject(e); });
       });
@@ -796,7 +804,7 @@ export class RedisLimiter implements Limiter {
   async extend(i: ExtendInput): Promise<ExtendOutcome> {
     const [sum, holds, exp] = this.keys(i.accountId);
     const field = spendField(i.spent.period, i.keyId);
-    const r = await this.script<(number | string)[]>('extend', 4, sum, holds, exp, this.rpmKey(i.accountId, i.keyId), i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
+    const r = await this.script<(number | string)[]>('extend', sum, holds, exp, this.rpmKey(i.accountId, i.keyId), i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
       i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs),
       i.rpm === undefined ? '' : String(i.rpm), i.cover ? '1' : '', quotaArg(i.quotas));
     switch (r[0]) {
@@ -815,7 +823,7 @@ export class RedisLimiter implements Limiter {
   async shrink(accountId: string, holdId: string, amount: bigint, freed?: QuotaUse): Promise<void> {
     if (amount <= 0n && !freed?.length) return;
     const [sum, holds] = this.keys(accountId);
-    await this.script<number>('shrink', 2, sum, holds, holdId, (amount < 0n ? 0n : amount).toString(), quotaArg(freed));
+    await this.script<number>('shrink', sum, holds, holdId, (amount < 0n ? 0n : amount).toString(), quotaArg(freed));
   }
 
   /**
@@ -831,7 +839,7 @@ export class RedisLimiter implements Limiter {
     this.releases = new Map();
     for (const [accountId, b] of due) {
       const [sum, holds, exp, run] = this.keys(accountId);
-      inCalls(b.items, (part) => this.script<number>('release', 4, sum, holds, exp, run, ...part))
+      inCalls(b.items, (part) => this.script<number>('release', sum, holds, exp, run, ...part))
         .then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('release failed')));
     }
   }
@@ -849,7 +857,7 @@ export class RedisLimiter implements Limiter {
       inCalls(b.items, (part) => {
         const args: string[] = [this.owner];
         for (const [holdId, d, final, covered, used, freed] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString(), used, freed);
-        return this.script<number>('settle', 5, ...this.keys(accountId), ...args);
+        return this.script<number>('settle', ...this.keys(accountId), ...args);
       }).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }
   }
@@ -882,7 +890,7 @@ export class RedisLimiter implements Limiter {
       }
       const args = [String(ids.length), ...ids, bal ? bal.amount.toString() : '', bal ? bal.version.toString() : '', String(spends.size)];
       for (const [f, s] of spends) args.push(f, s.start, s.spent.toString(), s.version.toString());
-      this.script<number>('committed', 3, sum, pend, holds, ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('commit record failed')));
+      this.script<number>('committed', sum, pend, holds, ...args).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('commit record failed')));
     }
   }
 
@@ -918,7 +926,7 @@ export class RedisLimiter implements Limiter {
         const accounts = await this.redis.smembers(`${reg}inst:${d}:accts`);
         for (const accountId of accounts) {
           if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.add(accountId); }
-          const flat = await this.script<string[]>('takeover', 5, ...this.keys(accountId), d, this.owner);
+          const flat = await this.script<string[]>('takeover', ...this.keys(accountId), d, this.owner);
           for (let i = 0; i < flat.length; i += 4) {
             out.push({ id: flat[i]!, accountId, keyId: flat[i + 1]!, amount: BigInt(flat[i + 2]!), entry: flat[i + 3]! });
           }
