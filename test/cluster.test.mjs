@@ -194,6 +194,50 @@ test('through Redis Sentinel: the gateway finds the master the sentinel names, a
   }
 });
 
+test('on a Redis Cluster the scripts run as a Functions library (FCALL), loaded on every master; a master that lost it is served by EVALSHA at once and gets it again', async (t) => {
+  const { RedisLimiter, FUNCTIONS_LIBRARY } = await import('../dist/gate/limits/redis.js');
+  const libName = /name=(\S+)/.exec(FUNCTIONS_LIBRARY)[1];
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`; // dropped with the cluster
+  const l = new RedisLimiter(cluster.url, prefix);
+  t.after(() => l.close().catch(() => undefined));
+  await l.ready();
+  const masters = client.nodes('master');
+  const loadedOn = async (node) => (await node.call('FUNCTION', 'LIST', 'LIBRARYNAME', libName)).length > 0;
+  const loaded = async () => (await Promise.all(masters.map(loadedOn))).every(Boolean);
+  assert.equal(masters.length, 3);
+  assert.equal(await loaded(), true, 'the library is on every master once the limiter is ready');
+  // One account whose slot each master serves.
+  const accountOn = new Map();
+  for (let i = 0; accountOn.size < masters.length && i < 1000; i++) {
+    const slot = await client.cluster('KEYSLOT', `${prefix}{fc${i}}:holdsum`);
+    if (!accountOn.has(client.slots[slot][0])) accountOn.set(client.slots[slot][0], `fc${i}`);
+  }
+  const month = new Date().toISOString().slice(0, 7) + '-01';
+  const admit = (accountId, holdId, hold, o = {}) => l.admit({
+    holdId, accountId, keyId: `key_${accountId}`, rpm: 1_000_000, concurrency: 1_000, money: true, hold,
+    balance: { amount: 100_000n, version: 1n }, ceiling: null, spent: { period: 'month', start: month, amount: 0n, version: 1n }, ttlMs: 60_000, cover: o.cover,
+  });
+  // Admissions counted by the way they are sent. The client's auto-pipeline copies its methods (these
+  // counters too) onto the pipeline it sends through, so only calls made on the client itself count.
+  const n = { fcall: 0, evalsha: 0 };
+  const { fcall, tg_eval_admit: byEval } = l.redis;
+  l.redis.fcall = function (name, ...a) { if (this === l.redis && String(name).startsWith('tg_admit_')) n.fcall++; return fcall.call(this, name, ...a); };
+  l.redis.tg_eval_admit = function (...a) { if (this === l.redis) n.evalsha++; return byEval.apply(this, a); };
+  for (const acct of accountOn.values()) assert.equal((await admit(acct, `${acct}-0`, 1_000n)).ok, true);
+  assert.deepEqual(n, { fcall: 3, evalsha: 0 }, 'an admission on each master, each by FCALL');
+  // One master loses it (restarted with nothing on disk): its account's next admission is answered by
+  // EVALSHA, under the same rule (the first hold still counts), and the library comes back there.
+  const [addr, acct] = [...accountOn][0];
+  const node = masters.find((m) => `${m.options.host}:${m.options.port}` === addr);
+  await node.call('FUNCTION', 'DELETE', libName);
+  assert.deepEqual(await admit(acct, `${acct}-1`, 99_001n, { cover: true }), { ok: false, reason: 'insufficient_balance', available: 99_000n });
+  assert.deepEqual(n, { fcall: 4, evalsha: 1 });
+  for (let i = 0; i < 50 && !(await loadedOn(node)); i++) await sleep(100);
+  assert.equal(await loadedOn(node), true, 'loaded again on that master');
+  for (const a of accountOn.values()) assert.equal((await admit(a, `${a}-2`, 10n)).ok, true);
+  assert.deepEqual(n, { fcall: 7, evalsha: 1 }, 'FCALL again once it is back');
+});
+
 test('a cluster master lost (no replica): the accounts in its slots are refused with 503, the others still served, never a 500', async (t) => {
   const own = await startRedisCluster();
   t.after(() => own.stop());

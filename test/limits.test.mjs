@@ -192,7 +192,7 @@ test('an account\'s records in Redis expire when idle (the request bucket too), 
   assert.ok(sumLeft >= holdsLeft && holdsLeft > 400_000, `the sum hash (${sumLeft} ms) outlives the open hold's records (${holdsLeft} ms)`);
 });
 
-test('the scripts run as a Redis Functions library (FCALL); a server that lost it is served by EVALSHA at once and gets it again; a Redis without Functions is served by EVALSHA', { timeout: 30_000 }, async (t) => {
+test('the scripts run as a Redis Functions library (FCALL), loaded once at start; a server that lost it is served by EVALSHA at once and gets it again; a Redis without Functions, or a user the ACL denies them, is served by EVALSHA', { timeout: 30_000 }, async (t) => {
   const libName = /name=(\S+)/.exec(FUNCTIONS_LIBRARY)[1];
   const loaded = async (r) => (await r.call('FUNCTION', 'LIST', 'LIBRARYNAME', libName)).length > 0;
   const counting = (l) => { // admissions by each way
@@ -242,6 +242,27 @@ test('the scripts run as a Redis Functions library (FCALL); a server that lost i
   await old.committed('g', ['g0'], { balance: { amount: 99_600n, version: 2n }, spends: [] });
   assert.deepEqual(await old.pendingOf('g', 'key_g'), { account: 0n, key: 0n });
   assert.deepEqual(m, { fcall: 0, evalsha: 2 });
+  // A user the ACL denies FUNCTION (a real ACL user on this Redis): EVALSHA, and the load not tried again each heartbeat.
+  const admin = new Redis(REDIS);
+  const user = `tgtest_${randomBytes(4).toString('hex')}`;
+  await admin.call('ACL', 'SETUSER', user, 'on', '>pw', '~*', '&*', '+@all', '-function');
+  t.after(async () => { await admin.call('ACL', 'DELUSER', user); await admin.quit(); });
+  const aclPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const url = new URL(REDIS);
+  url.username = user;
+  url.password = 'pw';
+  const denied = new RedisLimiter(url.href, aclPrefix);
+  t.after(async () => { await denied.close().catch(() => undefined); await clearRedisPrefix(aclPrefix); });
+  let tries = 0;
+  const deniedCall = denied.redis.call.bind(denied.redis);
+  denied.redis.call = (cmd, ...a) => { if (String(cmd).toUpperCase() === 'FUNCTION') tries++; return deniedCall(cmd, ...a); };
+  await denied.ready();
+  const d = counting(denied);
+  assert.equal((await admit(denied, 'h', 'h0', 1_000n, 100_000n)).ok, true);
+  assert.deepEqual(await admit(denied, 'h', 'h1', 99_001n, 100_000n, { cover: true }), { ok: false, reason: 'insufficient_balance', available: 99_000n });
+  await new Promise((r) => setTimeout(r, 2_500)); // two heartbeats and more
+  assert.deepEqual(d, { fcall: 0, evalsha: 2 });
+  assert.equal(tries, 1, 'FUNCTION LOAD tried once, not again on each heartbeat');
 });
 
 test('a turn of settles of one account (finals freeing their slots, a session\'s part then its final, one debit recorded twice) leaves the same record in Redis as one at a time', async (t) => {

@@ -1,6 +1,6 @@
 // The Redis limiter: admission, holds and pending debits in Lua scripts, so many instances agree and a dead one loses nothing.
 import { createHash, randomBytes } from 'node:crypto';
-import { Cluster } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { openRedis, type RedisClient } from './redis-connect.js';
 import { quotaArg, type AdmitInput, type AdmitOutcome, type CommittedState, type ExtendInput, type ExtendOutcome, type Limiter, type PendingDebit, type QuotaDim, type QuotaState, type QuotaUse } from './types.js';
 
@@ -590,6 +590,27 @@ type Scripted = RedisClient & {
   tgSilent(...args: string[]): Promise<string[]>;
 } & { [k: string]: unknown };
 
+/**
+ * Loads `library` on every master the Cluster client knows, each over a short connection of its own (the
+ * node's address and credentials). Fails if it knows none yet or any load fails: FCALL is used only once
+ * every master has the library (a master added later answers "Function not found", and the library is loaded again).
+ */
+async function loadOnMasters(cluster: Cluster, library: string): Promise<void> {
+  const masters = cluster.nodes('master');
+  if (masters.length === 0) throw new Error('no Cluster master known yet');
+  await Promise.all(masters.map(async (node) => {
+    const { host, port, username, password, tls } = node.options;
+    const one = new Redis({ host, port, username, password, tls, lazyConnect: true, maxRetriesPerRequest: 1, retryStrategy: () => null });
+    one.on('error', () => undefined); // the load's own failure is what reports it
+    try {
+      await one.connect();
+      await one.call('FUNCTION', 'LOAD', 'REPLACE', library);
+    } finally {
+      one.disconnect();
+    }
+  }));
+}
+
 interface Batch<T> { items: T[]; done: Promise<void>; settle(err?: unknown): void }
 
 /**
@@ -653,9 +674,9 @@ export class RedisLimiter implements Limiter {
   private beat: NodeJS.Timeout | undefined;
   /** When the connection last became ready: after an outage every owner's heartbeat is stale, so takeovers wait. */
   private readyAt = Date.now();
-  /** The Functions library is loaded on the server (never on a Cluster): calls go by FCALL, else by EVALSHA. */
+  /** The Functions library is loaded (on the server, or on every master of a Cluster): calls go by FCALL, else by EVALSHA. */
   private functions = false;
-  /** The server has no Functions (Redis before 7): EVALSHA only, never asked again. */
+  /** The server has no Functions (Redis before 7) or the ACL denies them: EVALSHA only, never asked again. */
   private noFunctions = false;
   private loading: Promise<void> | null = null;
 
@@ -680,22 +701,24 @@ export class RedisLimiter implements Limiter {
   }
 
   /**
-   * Loads the Functions library on the server (one server, or the master a Sentinel group names; a
-   * replica gets it by replication). Until it is loaded, or where it cannot be (Redis before 7), the
-   * scripts go by EVALSHA: the same code either way. A Cluster stays on EVALSHA: loading on each master
-   * means talking to nodes the client has not connected yet, and a node still connecting refuses the
-   * commands routed to it meanwhile (no offline queue), so a load could fail requests.
+   * Loads the Functions library on the server (one server, or the master a Sentinel group names), or on
+   * every master of a Cluster; a replica gets it by replication, so a failover keeps it. Until it is loaded
+   * everywhere, or where it cannot be (Redis before 7), the scripts go by EVALSHA: the same code either way.
+   * A Cluster's masters are each loaded over a connection of its own (loadOnMasters), never the client's:
+   * connecting one of the client's nodes early, with no offline queue, failed commands routed to it meanwhile.
    */
   private loadFunctions(): Promise<void> {
-    if (this.noFunctions || this.redis instanceof Cluster) return Promise.resolve();
+    if (this.noFunctions) return Promise.resolve();
     const server = this.redis;
     this.loading ??= (async () => {
       try {
-        await server.call('FUNCTION', 'LOAD', 'REPLACE', FUNCTIONS_LIBRARY);
+        if (server instanceof Cluster) await loadOnMasters(server, FUNCTIONS_LIBRARY);
+        else await server.call('FUNCTION', 'LOAD', 'REPLACE', FUNCTIONS_LIBRARY);
         this.functions = true;
       } catch (e) {
         this.functions = false;
-        if (/unknown command/i.test(String((e as Error)?.message))) this.noFunctions = true;
+        // No Functions (Redis before 7), or a user the ACL denies FUNCTION: EVALSHA from now on.
+        if (/unknown command|NOPERM/i.test(String((e as Error)?.message))) this.noFunctions = true;
       } finally {
         this.loading = null;
       }
