@@ -192,6 +192,27 @@ test('an account\'s records in Redis expire when idle (the request bucket too), 
   assert.ok(sumLeft >= holdsLeft && holdsLeft > 400_000, `the sum hash (${sumLeft} ms) outlives the open hold's records (${holdsLeft} ms)`);
 });
 
+test('a session\'s hold, extended, keeps its records in Redis a minute past its new deadline, and a shorter hold placed after never shortens them (Redis)', async (t) => {
+  // A realtime session outlives its admission: before, the records kept the admission's expiry, so a
+  // session running over the hold's life plus a minute with no other request of the account found its
+  // hold gone ("This session lost its hold; reconnect").
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const l = await redisLimiter(t, prefix);
+  const ttl = async (k) => l.redis.pttl(`${prefix}{s}:${k}`);
+  const near = (ms, want, what) => assert.ok(ms > want - 1_000 && ms <= want, `${what}: ${ms} ms left, ${want} expected`);
+  const base = { accountId: 's', keyId: 'k', balance: { amount: 10n ** 9n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n } };
+  assert.equal((await l.admit({ ...base, holdId: 'sess', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000 })).ok, true);
+  for (const k of ['holds', 'holdexp']) near(await ttl(k), 120_000, `${k} at admission`);
+  await new Promise((r) => setTimeout(r, 1_500));
+  assert.equal((await l.extend({ ...base, holdId: 'sess', amount: 10n, ttlMs: 400_000 })).ok, true);
+  for (const k of ['holds', 'holdexp']) near(await ttl(k), 460_000, `${k} after the extension`);
+  assert.ok(await ttl('holdsum') >= await ttl('holds'), 'the sum hash outlives the records it counts');
+  // Another request of the account, with a shorter hold: the session's records keep their expiry.
+  assert.equal((await l.admit({ ...base, holdId: 'short', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000 })).ok, true);
+  for (const k of ['holds', 'holdexp']) near(await ttl(k), 460_000, `${k} after a shorter hold`);
+  assert.ok(await ttl('holdsum') >= await ttl('holds'), 'the sum hash still outlives them');
+});
+
 test('the scripts run as a Redis Functions library (FCALL), loaded once at start; a server that lost it is served by EVALSHA at once and gets it again; a Redis without Functions, or a user the ACL denies them, is served by EVALSHA', { timeout: 30_000 }, async (t) => {
   const libName = /name=(\S+)/.exec(FUNCTIONS_LIBRARY)[1];
   const loaded = async (r) => (await r.call('FUNCTION', 'LIST', 'LIBRARYNAME', libName)).length > 0;

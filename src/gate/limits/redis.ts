@@ -206,8 +206,16 @@ local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need
   S:flush()
   return m, left
 end
+-- Keeps each key at least ms longer; never shortens one (a hold placed or extended by another call, or
+-- another instance with a longer upstream timeout, may need it longer).
+local function keep(keys, ms)
+  for _, k in ipairs(keys) do
+    if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+  end
+end
+-- With no debit pending, the sum hash expires when idle: kept at least ms; with one pending, never.
 local function idle_expiry(sum, pend, ms)
-  if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
+  if redis.call('HLEN', pend) == 0 then keep({sum}, ms) else redis.call('PERSIST', sum) end
 end
 `;
 
@@ -315,20 +323,21 @@ if #placed > 0 then
   redis.call('HSET', holds, unpack(placed))
   redis.call('ZADD', exp, unpack(expiring))
 end
--- The hold records outlive the longest hold placed (each expires on its own in exp).
+-- The hold records outlive the longest hold placed by a minute (each hold expires on its own in exp),
+-- and the sum hash, which counts them, outlives the records.
 if longest > 0 then
-  for _, k in ipairs({holds, exp, run}) do redis.call('PEXPIRE', k, longest + 60000) end
-  idle_expiry(sum, pend, longest + 60000)
+  keep({holds, exp, run}, longest + 60000)
+  idle_expiry(sum, pend, redis.call('PTTL', holds))
 end
 return out
 `;
 
-// KEYS: sum holds exp bucket. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token) cover quotas
+// KEYS: sum holds exp bucket run pend. ARGV: hold amount bal bver ceiling field start spent sver ttl rpm ('' = takes no token) cover quotas
 // quotas ("dim:limit:need,..."): a session part's worst case under the key's usage limits, reserved on the hold (given back when it is dropped).
 const EXTEND = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local sum, holds, exp, rb = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local sum, holds, exp, rb, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local rec = redis.call('HGET', holds, ARGV[1])
 if not rec then return {3} end
 local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
@@ -370,6 +379,10 @@ end
 redis.call('HSET', holds, ARGV[1], k .. '|' .. string.format('%d', tonumber(amt) + tonumber(ARGV[2])) .. '|' .. owner)
 add(sum, k, ARGV[2])
 redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
+-- A session outlives its admission: each extension keeps the records (and the sum hash) a minute past
+-- the hold's new deadline, or a session longer than that would find its hold gone.
+keep({holds, exp, run}, tonumber(ARGV[10]) + 60000)
+idle_expiry(sum, pend, redis.call('PTTL', holds))
 return {0}
 `;
 
@@ -492,7 +505,7 @@ for j = 0, m - 1 do
   newer_spend(sum, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3])
 end
 -- With no debit pending, the sum hash expires after five minutes idle, and never before the hold records
--- it counts (admission sets theirs to a minute past the longest hold, which may be longer).
+-- it counts (kept a minute past the latest hold deadline, which may be longer).
 idle_expiry(sum, pend, math.max(300000, redis.call('PTTL', holds)))
 return n
 `;
@@ -557,7 +570,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LI
 export const SCRIPTS = {
   admit: { lua: ADMIT, keys: 5 },
   release: { lua: RELEASE, keys: 4 },
-  extend: { lua: EXTEND, keys: 4 },
+  extend: { lua: EXTEND, keys: 6 },
   shrink: { lua: SHRINK, keys: 2 },
   settle: { lua: SETTLE, keys: 5 },
   committed: { lua: COMMITTED, keys: 3 },
@@ -825,9 +838,9 @@ export class RedisLimiter implements Limiter {
   }
 
   async extend(i: ExtendInput): Promise<ExtendOutcome> {
-    const [sum, holds, exp] = this.keys(i.accountId);
+    const [sum, holds, exp, run, pend] = this.keys(i.accountId);
     const field = spendField(i.spent.period, i.keyId);
-    const r = await this.script<(number | string)[]>('extend', sum, holds, exp, this.rpmKey(i.accountId, i.keyId), i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
+    const r = await this.script<(number | string)[]>('extend', sum, holds, exp, this.rpmKey(i.accountId, i.keyId), run, pend, i.holdId, i.amount.toString(), i.balance.amount.toString(), i.balance.version.toString(),
       i.ceiling === null ? '' : i.ceiling.toString(), field, i.spent.start, i.spent.amount.toString(), i.spent.version.toString(), String(i.ttlMs),
       i.rpm === undefined ? '' : String(i.rpm), i.cover ? '1' : '', quotaArg(i.quotas));
     switch (r[0]) {
