@@ -192,7 +192,7 @@ test('an account\'s records in Redis expire when idle (the request bucket too), 
   assert.ok(sumLeft >= holdsLeft && holdsLeft > 400_000, `the sum hash (${sumLeft} ms) outlives the open hold's records (${holdsLeft} ms)`);
 });
 
-test('a session\'s hold, extended, keeps its records in Redis a minute past its new deadline, and a shorter hold placed after never shortens them (Redis)', async (t) => {
+test('a session\'s hold, extended, keeps its records (and its usage reservation) in Redis a minute past its new deadline, and a shorter hold placed after never shortens them (Redis)', async (t) => {
   // A realtime session outlives its admission: before, the records kept the admission's expiry, so a
   // session running over the hold's life plus a minute with no other request of the account found its
   // hold gone ("This session lost its hold; reconnect").
@@ -201,15 +201,16 @@ test('a session\'s hold, extended, keeps its records in Redis a minute past its 
   const ttl = async (k) => l.redis.pttl(`${prefix}{s}:${k}`);
   const near = (ms, want, what) => assert.ok(ms > want - 1_000 && ms <= want, `${what}: ${ms} ms left, ${want} expected`);
   const base = { accountId: 's', keyId: 'k', balance: { amount: 10n ** 9n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n } };
-  assert.equal((await l.admit({ ...base, holdId: 'sess', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000 })).ok, true);
-  for (const k of ['holds', 'holdexp']) near(await ttl(k), 120_000, `${k} at admission`);
+  // Admitted with a reservation under a tokens-per-minute limit (its record in resv gives it back when the hold is dropped).
+  assert.equal((await l.admit({ ...base, holdId: 'sess', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000, quotas: [{ dim: 't', limit: 100_000, need: 500 }] })).ok, true);
+  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 120_000, `${k} at admission`);
   await new Promise((r) => setTimeout(r, 1_500));
   assert.equal((await l.extend({ ...base, holdId: 'sess', amount: 10n, ttlMs: 400_000 })).ok, true);
-  for (const k of ['holds', 'holdexp']) near(await ttl(k), 460_000, `${k} after the extension`);
+  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 460_000, `${k} after the extension`);
   assert.ok(await ttl('holdsum') >= await ttl('holds'), 'the sum hash outlives the records it counts');
   // Another request of the account, with a shorter hold: the session's records keep their expiry.
-  assert.equal((await l.admit({ ...base, holdId: 'short', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000 })).ok, true);
-  for (const k of ['holds', 'holdexp']) near(await ttl(k), 460_000, `${k} after a shorter hold`);
+  assert.equal((await l.admit({ ...base, holdId: 'short', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000, quotas: [{ dim: 't', limit: 100_000, need: 500 }] })).ok, true);
+  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 460_000, `${k} after a shorter hold`);
   assert.ok(await ttl('holdsum') >= await ttl('holds'), 'the sum hash still outlives them');
 });
 
@@ -378,6 +379,30 @@ test('a Redis owner that stops beating is taken over: its holds freed, its pendi
   await b.release('g', 'g3');
   await b.committed('g', ['g0', 'g1'], { balance: { amount: 97_989n, version: 5n }, spends: [] });
   assert.equal((await admit(b, 'g', 'g5', 97_988n, 100_000n, { version: 1n })).ok, true, 'committed: the ledger balance applies');
+});
+
+test('after Redis comes back without an owner\'s records (a restart with nothing on disk), the owner lists its accounts again, so a debit it records since is still taken over when it dies', { timeout: 30_000 }, async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const a = await redisLimiter(t, prefix);
+  const b = await redisLimiter(t, prefix);
+  assert.equal((await admit(a, 'r', 'r0', 5_000n, 100_000n)).ok, true); // a lists account r
+  await a.settle('r0', debit('r', 'r0', 100n), true);
+  await a.committed('r', ['r0'], { balance: { amount: 99_900n, version: 2n }, spends: [] });
+  // Everything under the prefix lost, and a's connection dropped: it reconnects to a server without its list.
+  await clearRedisPrefix(prefix);
+  const admin = new Redis(REDIS);
+  t.after(() => admin.quit());
+  const back = new Promise((r) => a.redis.once('ready', r));
+  await admin.client('KILL', 'ID', String(await a.redis.client('ID')));
+  await back;
+  // A debit recorded since (durable in Redis, not committed), then a dies.
+  assert.equal((await admit(a, 'r', 'r1', 5_000n, 99_900n, { version: 2n })).ok, true);
+  await a.settle('r1', debit('r', 'r1', 321n), true);
+  await a.close(false);
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  assert.deepEqual(got.map((d) => [d.id, d.amount]), [['r1', 321n]], 'the debit recorded after the reconnection is handed on');
 });
 
 test('an owner listed in the registry from before the hash tags (an older version killed mid-upgrade) is taken over too', { timeout: 30_000 }, async (t) => {

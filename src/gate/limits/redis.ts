@@ -293,7 +293,7 @@ local function admit1(a)
     end
     local resv = qbase(sum) .. ':resv'
     redis.call('HSET', resv, rid, kid .. '|' .. qspec)
-    redis.call('PEXPIRE', resv, ttl + 60000)
+    keep({resv}, ttl + 60000)
   end
   tokens = tokens - 1
   setBucket(rb, tokens)
@@ -370,7 +370,6 @@ if qspec ~= '' then
     qset(qk, d, limit, qlevel(qk, d, limit, now) - tonumber(n), now)
   end
   qresv(sum, ARGV[1], k, qspec, 1)
-  redis.call('PEXPIRE', qbase(sum) .. ':resv', tonumber(ARGV[10]) + 60000)
 end
 if rpm then
   redis.call('HSET', rb, 't', tostring(tokens - 1), 'ts', tostring(now))
@@ -379,9 +378,10 @@ end
 redis.call('HSET', holds, ARGV[1], k .. '|' .. string.format('%d', tonumber(amt) + tonumber(ARGV[2])) .. '|' .. owner)
 add(sum, k, ARGV[2])
 redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
--- A session outlives its admission: each extension keeps the records (and the sum hash) a minute past
--- the hold's new deadline, or a session longer than that would find its hold gone.
-keep({holds, exp, run}, tonumber(ARGV[10]) + 60000)
+-- A session outlives its admission: each extension keeps the records, its usage reservations and the
+-- sum hash a minute past the hold's new deadline, or a session longer than that would find its hold gone
+-- (and what it reserved under the key's usage limits would not be given back when it ends).
+keep({holds, exp, run, qbase(sum) .. ':resv'}, tonumber(ARGV[10]) + 60000)
 idle_expiry(sum, pend, redis.call('PTTL', holds))
 return {0}
 `;
@@ -704,6 +704,10 @@ export class RedisLimiter implements Limiter {
     r.on('error', () => undefined); // reported where a command fails; the client reconnects by itself
     r.on('ready', () => {
       this.readyAt = Date.now();
+      // The server may have come back without this owner's account list (a restart with nothing on disk,
+      // a replica promoted before it had the last SADD): each account is listed again on its next use, or
+      // a debit recorded since would not be found by a takeover if this instance died.
+      this.listed.clear();
       (r as Scripted).tgBeat(this.instancesKey(), this.owner).catch(() => undefined);
       void this.loadFunctions();
     });
