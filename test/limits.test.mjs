@@ -166,36 +166,43 @@ test('an account\'s records in Redis expire when idle (the request bucket too), 
   const near = (ms, want, what) => assert.ok(ms > want - 5_000 && ms <= want, `${what}: ${ms} ms left, ${want} expected`);
   const at = (id, ttlMs) => l.admit({ holdId: id, accountId: 'e', keyId: 'k', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n,
     balance: { amount: 10n ** 9n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs });
-  // A hold of 60 s: its records are kept a minute past it; the sum hash too, with nothing pending.
+  // A hold of 60 s: its records are kept an hour past it (a dead owner's running records wait that long to
+  // be billed); the sum hash too, with nothing pending.
+  const HOUR = 3_600_000;
   assert.equal((await at('e0', 60_000)).ok, true);
-  for (const k of ['holds', 'holdexp', 'holdsum']) near(await ttl(k), 120_000, k);
+  for (const k of ['holds', 'holdexp', 'holdsum']) near(await ttl(k), 60_000 + HOUR, k);
   near(await ttl('rpm:k'), 120_000, 'the key\'s request bucket (two minutes: an idle minute refills it)');
   assert.equal((await at('e1', 60_000)).ok, true);
-  // A debit pending: the sum hash has no expiry until it is committed, then five minutes and never less than the holds'.
+  // A debit pending: the sum hash has no expiry until it is committed, then five minutes and never less than the holds' (here more).
   await l.settle('e0', debit('e', 'e0', 700n, 'k'), true);
   assert.equal(await ttl('holdsum'), -1, 'no expiry while a debit is pending');
   await l.committed('e', ['e0'], { balance: null, spends: [] });
-  near(await ttl('holdsum'), 300_000, 'holdsum once committed');
+  near(await ttl('holdsum'), 60_000 + HOUR, 'holdsum once committed');
   // The last hold gone, the hash is gone; the next admission makes it again, with its expiry.
   await l.release('e', 'e1');
   assert.equal(await ttl('holds'), -2);
   assert.equal((await at('e2', 60_000)).ok, true);
-  for (const k of ['holds', 'holdexp']) near(await ttl(k), 120_000, `${k} made again`);
-  // A longer hold than any before raises the records' expiry at once (beyond five minutes here), and a
-  // commit then keeps the sum hash as long as the hold records, not five minutes.
+  for (const k of ['holds', 'holdexp']) near(await ttl(k), 60_000 + HOUR, `${k} made again`);
+  // A longer hold than any before raises the records' expiry at once, and a commit then keeps the sum
+  // hash as long as the hold records, not five minutes.
   assert.equal((await at('e3', 400_000)).ok, true);
-  for (const k of ['holds', 'holdexp']) near(await ttl(k), 460_000, `${k} after a longer hold`);
+  for (const k of ['holds', 'holdexp']) near(await ttl(k), 400_000 + HOUR, `${k} after a longer hold`);
   await l.settle('e2', debit('e', 'e2', 300n, 'k'), true);
   await l.committed('e', ['e2'], { balance: null, spends: [] });
   const sumLeft = await ttl('holdsum');
   const holdsLeft = await ttl('holds');
-  assert.ok(sumLeft >= holdsLeft && holdsLeft > 400_000, `the sum hash (${sumLeft} ms) outlives the open hold's records (${holdsLeft} ms)`);
+  assert.ok(sumLeft >= holdsLeft && holdsLeft > 400_000 + HOUR - 5_000, `the sum hash (${sumLeft} ms) outlives the open hold's records (${holdsLeft} ms)`);
+  // The last hold settled and committed: no record left to count, and the sum hash has five idle minutes again.
+  await l.settle('e3', debit('e', 'e3', 200n, 'k'), true);
+  await l.committed('e', ['e3'], { balance: null, spends: [] });
+  assert.equal(await ttl('holds'), -2);
+  near(await ttl('holdsum'), 300_000, 'holdsum once no hold is left');
 });
 
-test('a session\'s hold, extended, keeps its records (and its usage reservation) in Redis a minute past its new deadline, and a shorter hold placed after never shortens them (Redis)', async (t) => {
+test('a session\'s hold, extended, keeps its records (and its usage reservation) in Redis an hour past its new deadline, and a shorter hold placed after never shortens them (Redis)', async (t) => {
   // A realtime session outlives its admission: before, the records kept the admission's expiry, so a
-  // session running over the hold's life plus a minute with no other request of the account found its
-  // hold gone ("This session lost its hold; reconnect").
+  // session running over the hold's life plus the margin (then a minute) with no other request of the
+  // account found its hold gone ("This session lost its hold; reconnect").
   const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
   const l = await redisLimiter(t, prefix);
   const ttl = async (k) => l.redis.pttl(`${prefix}{s}:${k}`);
@@ -203,14 +210,15 @@ test('a session\'s hold, extended, keeps its records (and its usage reservation)
   const base = { accountId: 's', keyId: 'k', balance: { amount: 10n ** 9n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n } };
   // Admitted with a reservation under a tokens-per-minute limit (its record in resv gives it back when the hold is dropped).
   assert.equal((await l.admit({ ...base, holdId: 'sess', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000, quotas: [{ dim: 't', limit: 100_000, need: 500 }] })).ok, true);
-  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 120_000, `${k} at admission`);
+  const HOUR = 3_600_000;
+  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 60_000 + HOUR, `${k} at admission`);
   await new Promise((r) => setTimeout(r, 1_500));
   assert.equal((await l.extend({ ...base, holdId: 'sess', amount: 10n, ttlMs: 400_000 })).ok, true);
-  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 460_000, `${k} after the extension`);
+  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 400_000 + HOUR, `${k} after the extension`);
   assert.ok(await ttl('holdsum') >= await ttl('holds'), 'the sum hash outlives the records it counts');
   // Another request of the account, with a shorter hold: the session's records keep their expiry.
   assert.equal((await l.admit({ ...base, holdId: 'short', rpm: 1e6, concurrency: 100, money: true, hold: 1_000n, ttlMs: 60_000, quotas: [{ dim: 't', limit: 100_000, need: 500 }] })).ok, true);
-  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 460_000, `${k} after a shorter hold`);
+  for (const k of ['holds', 'holdexp', 'resv']) near(await ttl(k), 400_000 + HOUR, `${k} after a shorter hold`);
   assert.ok(await ttl('holdsum') >= await ttl('holds'), 'the sum hash still outlives them');
 });
 
@@ -403,6 +411,26 @@ test('after Redis comes back without an owner\'s records (a restart with nothing
   let got = [];
   while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
   assert.deepEqual(got.map((d) => [d.id, d.amount]), [['r1', 321n]], 'the debit recorded after the reconnection is handed on');
+});
+
+test('a dead owner\'s stream whose hold passes its deadline before anyone takes over (every instance down that long) is still billed: another admission sweeping the hold turns its running record into the owner\'s pending debit, and the takeover hands it on', { timeout: 30_000 }, async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const a = await redisLimiter(t, prefix);
+  const ttlAdmit = (l, id, ttlMs) => l.admit({ holdId: id, accountId: 'w', keyId: 'key_w', rpm: 1e6, concurrency: 100, money: true, hold: 5_000n,
+    balance: { amount: 100_000n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs });
+  assert.equal((await ttlAdmit(a, 'w1', 200)).ok, true);
+  a.progress('w1', debit('w', 'w1', 777n));                       // a stream mid-flight, its output so far
+  await new Promise((r) => setTimeout(r, 50));
+  await a.close(false);                                           // dies
+  await new Promise((r) => setTimeout(r, 400));                   // the hold's deadline passes
+  const b = await redisLimiter(t, prefix);                        // an instance comes up, and a request of the account arrives first
+  assert.equal((await ttlAdmit(b, 'w2', 60_000)).ok, true);
+  assert.equal(await b.openHolds('w'), 1, 'the dead owner\'s hold is swept');
+  assert.deepEqual(await b.pendingOf('w', 'key_w'), { account: 777n, key: 777n }, 'its running record is now a pending debit, counted as one');
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  assert.deepEqual(got.map((d) => [d.id, d.amount]), [['w1', 777n]], 'handed on to be committed');
 });
 
 test('an owner listed in the registry from before the hash tags (an older version killed mid-upgrade) is taken over too', { timeout: 30_000 }, async (t) => {

@@ -95,6 +95,23 @@ local function drop(sum, holds, exp, run, r)
   redis.call('HDEL', holds, r)
   return k
 end
+-- Drops a hold past its deadline. Its owner died and no one took over yet (a live owner settles or releases
+-- well before: a hold lives its longest upstream timeout plus a minute): a running record under it (a
+-- stream's output so far) becomes the owner's pending debit, as a takeover would make it, for the owner's
+-- takeover to commit, never lost with the hold.
+local function expire(sum, holds, exp, run, pend, r)
+  local rec = redis.call('HGET', holds, r)
+  local progress = redis.call('HGET', run, r)
+  drop(sum, holds, exp, run, r)
+  if rec and progress then
+    local k, _, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+    local amt, entry = string.match(progress, '^(%d+)|(.*)$')
+    add(sum, k, amt)
+    pending(sum, k, amt)
+    redis.call('HSET', pend, r, k .. '|' .. amt .. '|' .. owner .. '|' .. entry)
+    redis.call('PERSIST', sum)
+  end
+end
 -- Whether a committed value passed in is newer than the one Redis holds (cur: its text, or nil).
 local function balance_newer(cur, ver) return not cur or tonumber(cur) < tonumber(ver) end
 local function spend_newer(cur, start, ver)
@@ -206,6 +223,10 @@ local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need
   S:flush()
   return m, left
 end
+-- How long an account's hold records (holds, exp, run, resv) outlive the latest hold deadline in them: an
+-- hour, so a running record (a stream's output so far) of an owner that died is still there to be billed
+-- when an instance takes over or sweeps the hold, even after every instance was down for that long.
+local MARGIN = 3600000
 -- Keeps each key at least ms longer; never shortens one (a hold placed or extended by another call, or
 -- another instance with a longer upstream timeout, may need it longer).
 local function keep(keys, ms)
@@ -213,9 +234,11 @@ local function keep(keys, ms)
     if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
   end
 end
--- With no debit pending, the sum hash expires when idle: kept at least ms; with one pending, never.
+-- With no debit pending, the sum hash expires in ms (callers pass at least the hold records' remaining
+-- time, which it counts); with one pending, never. Set, not only raised: once an account's holds are
+-- gone, its commit record gives the sum hash its five idle minutes back.
 local function idle_expiry(sum, pend, ms)
-  if redis.call('HLEN', pend) == 0 then keep({sum}, ms) else redis.call('PERSIST', sum) end
+  if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
 end
 `;
 
@@ -227,7 +250,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
-for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do drop(sum, holds, exp, run, r) end
+for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do expire(sum, holds, exp, run, pend, r) end
 -- The call reads each field it needs once and makes each write once, at the end: the script runs alone,
 -- so a deferred write is seen by no one else, and each request is decided on the values the requests
 -- before it in the call left, exactly as if each were its own call. A value is kept as the text Redis
@@ -293,7 +316,7 @@ local function admit1(a)
     end
     local resv = qbase(sum) .. ':resv'
     redis.call('HSET', resv, rid, kid .. '|' .. qspec)
-    keep({resv}, ttl + 60000)
+    keep({resv}, ttl + MARGIN)
   end
   tokens = tokens - 1
   setBucket(rb, tokens)
@@ -323,10 +346,10 @@ if #placed > 0 then
   redis.call('HSET', holds, unpack(placed))
   redis.call('ZADD', exp, unpack(expiring))
 end
--- The hold records outlive the longest hold placed by a minute (each hold expires on its own in exp),
+-- The hold records outlive the longest hold placed by MARGIN (each hold expires on its own in exp),
 -- and the sum hash, which counts them, outlives the records.
 if longest > 0 then
-  keep({holds, exp, run}, longest + 60000)
+  keep({holds, exp, run}, longest + MARGIN)
   idle_expiry(sum, pend, redis.call('PTTL', holds))
 end
 return out
@@ -379,9 +402,9 @@ redis.call('HSET', holds, ARGV[1], k .. '|' .. string.format('%d', tonumber(amt)
 add(sum, k, ARGV[2])
 redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
 -- A session outlives its admission: each extension keeps the records, its usage reservations and the
--- sum hash a minute past the hold's new deadline, or a session longer than that would find its hold gone
+-- sum hash MARGIN past the hold's new deadline, or a session longer than that would find its hold gone
 -- (and what it reserved under the key's usage limits would not be given back when it ends).
-keep({holds, exp, run, qbase(sum) .. ':resv'}, tonumber(ARGV[10]) + 60000)
+keep({holds, exp, run, qbase(sum) .. ':resv'}, tonumber(ARGV[10]) + MARGIN)
 idle_expiry(sum, pend, redis.call('PTTL', holds))
 return {0}
 `;
@@ -505,7 +528,7 @@ for j = 0, m - 1 do
   newer_spend(sum, ARGV[o], ARGV[o + 1], ARGV[o + 2], ARGV[o + 3])
 end
 -- With no debit pending, the sum hash expires after five minutes idle, and never before the hold records
--- it counts (kept a minute past the latest hold deadline, which may be longer).
+-- it counts (kept MARGIN past the latest hold deadline, which may be longer).
 idle_expiry(sum, pend, math.max(300000, redis.call('PTTL', holds)))
 return n
 `;
