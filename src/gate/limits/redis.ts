@@ -95,21 +95,16 @@ local function drop(sum, holds, exp, run, r)
   redis.call('HDEL', holds, r)
   return k
 end
--- Drops a hold past its deadline. Its owner died and no one took over yet (a live owner settles or releases
--- well before: a hold lives its longest upstream timeout plus a minute): a running record under it (a
--- stream's output so far) becomes the owner's pending debit, as a takeover would make it, for the owner's
--- takeover to commit, never lost with the hold.
-local function expire(sum, holds, exp, run, pend, r)
-  local rec = redis.call('HGET', holds, r)
-  local progress = redis.call('HGET', run, r)
-  drop(sum, holds, exp, run, r)
-  if rec and progress then
-    local k, _, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
-    local amt, entry = string.match(progress, '^(%d+)|(.*)$')
-    add(sum, k, amt)
-    pending(sum, k, amt)
-    redis.call('HSET', pend, r, k .. '|' .. amt .. '|' .. owner .. '|' .. entry)
-    redis.call('PERSIST', sum)
+-- A hold past its deadline is dropped, unless a running record is under it: that is a stream's output so
+-- far, whose owner is still streaming (a stream may outlast the hold's life: the upstream's timeout cuts
+-- only an idle reply) or died before anyone took over (every instance down that long). Dropped with the
+-- hold, it would be billed by no one; kept, its owner settles it or a takeover bills it, and its records
+-- outlive it by MARGIN. The hold is looked at again in a minute.
+local function expire(sum, holds, exp, run, r, now)
+  if redis.call('HEXISTS', run, r) == 1 and redis.call('HEXISTS', holds, r) == 1 then
+    redis.call('ZADD', exp, now + 60000, r)
+  else
+    drop(sum, holds, exp, run, r)
   end
 end
 -- Whether a committed value passed in is newer than the one Redis holds (cur: its text, or nil).
@@ -250,7 +245,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
-for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do expire(sum, holds, exp, run, pend, r) end
+for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do expire(sum, holds, exp, run, r, now) end
 -- The call reads each field it needs once and makes each write once, at the end: the script runs alone,
 -- so a deferred write is seen by no one else, and each request is decided on the values the requests
 -- before it in the call left, exactly as if each were its own call. A value is kept as the text Redis
