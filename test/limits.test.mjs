@@ -434,6 +434,24 @@ test('a stream whose hold passes its deadline keeps it while its running record 
   assert.equal(await b.openHolds('w'), 1, 'and frees its hold');
 });
 
+test('a stream that outlasts its hold\'s life keeps its hold (its slot and amount) while it runs, on both limiters, until it settles', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tg-journal-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  for (const l of [new MemoryLimiter(new DebitJournal(join(dir, 'debits.journal'))), await redisLimiter(t)]) {
+    const at = (id, ttlMs) => l.admit({ holdId: id, accountId: 'v', keyId: 'key_v', rpm: 1e6, concurrency: 100, money: true, hold: 5_000n,
+      balance: { amount: 100_000n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs });
+    assert.equal((await at('v1', 200)).ok, true);
+    l.progress('v1', debit('v', 'v1', 300n));                     // streaming: its output so far
+    assert.equal((await at('v0', 200)).ok, true);                 // a request with no output, abandoned
+    await new Promise((r) => setTimeout(r, 400));                 // both holds' deadlines pass
+    assert.equal((await at('v2', 60_000)).ok, true);              // another request of the account sweeps them
+    assert.equal(await l.openHolds('v'), 2, `${l.kind}: the running stream keeps its hold; the abandoned one is dropped`);
+    await l.settle('v1', debit('v', 'v1', 900n), true);           // the stream ends
+    assert.equal(await l.openHolds('v'), 1, `${l.kind}: freed when it settles`);
+    assert.deepEqual(await l.pendingOf('v', 'key_v'), { account: 900n, key: 900n }, `${l.kind}: billed once, its final amount`);
+  }
+});
+
 test('an owner listed in the registry from before the hash tags (an older version killed mid-upgrade) is taken over too', { timeout: 30_000 }, async (t) => {
   const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
   const a = await redisLimiter(t, prefix);

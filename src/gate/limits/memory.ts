@@ -35,7 +35,9 @@ export class MemoryLimiter implements Limiter {
   admitSync(i: AdmitInput, now: number): AdmitOutcome {
     if (now > this.sweepAt) this.sweep(now);
     const acct = this.account(i.accountId);
-    for (const [rid, h] of acct.holds) if (h.exp <= now) this.drop(acct, rid);
+    // A hold past its deadline is dropped, unless its stream is still running (a running record in the
+    // journal): a stream may outlast its hold's life, and keeps its slot and amount until it settles.
+    for (const [rid, h] of acct.holds) if (h.exp <= now && !this.progressed.has(rid)) this.drop(acct, rid);
     const mine = acct.byKey.get(i.keyId) ?? { amount: 0n, n: 0 };
     if (i.money) {
       const refused = this.money(acct, i, mine.amount, i.hold);
