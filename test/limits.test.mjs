@@ -31,7 +31,7 @@ const NOW = new Date().toISOString().slice(0, 7) + '-01';
 const admit = (l, accountId, holdId, hold, balance, o = {}) => l.admit({
   holdId, accountId, keyId: o.keyId ?? `key_${accountId}`, rpm: 1_000_000, concurrency: o.concurrency ?? 1_000, money: o.money ?? true, hold,
   balance: { amount: balance, version: o.version ?? 1n }, ceiling: o.ceiling ?? null,
-  spent: { period: 'month', start: NOW, amount: o.spent ?? 0n, version: o.spentVersion ?? 1n }, ttlMs: 60_000, cover: o.cover,
+  spent: { period: 'month', start: NOW, amount: o.spent ?? 0n, version: o.spentVersion ?? 1n }, ttlMs: o.ttlMs ?? 60_000, cover: o.cover,
 });
 
 const debit = (accountId, id, amount, keyId = `key_${accountId}`) => ({
@@ -416,8 +416,7 @@ test('after Redis comes back without an owner\'s records (a restart with nothing
 test('a stream whose hold passes its deadline keeps it while its running record is there: a dead owner\'s (every instance down that long) is still taken over and billed, and an admission sweeping the account does not drop it', { timeout: 30_000 }, async (t) => {
   const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
   const a = await redisLimiter(t, prefix);
-  const ttlAdmit = (l, id, ttlMs) => l.admit({ holdId: id, accountId: 'w', keyId: 'key_w', rpm: 1e6, concurrency: 100, money: true, hold: 5_000n,
-    balance: { amount: 100_000n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs });
+  const ttlAdmit = (l, id, ttlMs) => admit(l, 'w', id, 5_000n, 100_000n, { ttlMs });
   assert.equal((await ttlAdmit(a, 'w1', 200)).ok, true);
   a.progress('w1', debit('w', 'w1', 777n));                       // a stream mid-flight, its output so far
   assert.equal((await ttlAdmit(a, 'w0', 200)).ok, true);          // a request with no output yet
@@ -438,8 +437,7 @@ test('a stream that outlasts its hold\'s life keeps its hold (its slot and amoun
   const dir = mkdtempSync(join(tmpdir(), 'tg-journal-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   for (const l of [new MemoryLimiter(new DebitJournal(join(dir, 'debits.journal'))), await redisLimiter(t)]) {
-    const at = (id, ttlMs) => l.admit({ holdId: id, accountId: 'v', keyId: 'key_v', rpm: 1e6, concurrency: 100, money: true, hold: 5_000n,
-      balance: { amount: 100_000n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs });
+    const at = (id, ttlMs) => admit(l, 'v', id, 5_000n, 100_000n, { ttlMs });
     assert.equal((await at('v1', 200)).ok, true);
     l.progress('v1', debit('v', 'v1', 300n));                     // streaming: its output so far
     assert.equal((await at('v0', 200)).ok, true);                 // a request with no output, abandoned

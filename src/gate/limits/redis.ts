@@ -226,7 +226,8 @@ local MARGIN = 3600000
 -- another instance with a longer upstream timeout, may need it longer).
 local function keep(keys, ms)
   for _, k in ipairs(keys) do
-    if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+    local left = redis.call('PTTL', k)
+    if left ~= -2 and left < ms then redis.call('PEXPIRE', k, ms) end -- -2: no such key
   end
 end
 -- With no debit pending, the sum hash expires in ms (callers pass at least the hold records' remaining
@@ -234,6 +235,12 @@ end
 -- gone, its commit record gives the sum hash its five idle minutes back.
 local function idle_expiry(sum, pend, ms)
   if redis.call('HLEN', pend) == 0 then redis.call('PEXPIRE', sum, ms) else redis.call('PERSIST', sum) end
+end
+-- After a hold is placed or extended to a life of ttl: its records (holds, exp, run, and resv, its usage
+-- reservations) kept MARGIN past it, and the sum hash, which counts them, as long as they.
+local function keep_records(sum, holds, exp, run, pend, ttl)
+  keep({holds, exp, run, qbase(sum) .. ':resv'}, ttl + MARGIN)
+  idle_expiry(sum, pend, redis.call('PTTL', holds))
 end
 `;
 
@@ -311,7 +318,6 @@ local function admit1(a)
     end
     local resv = qbase(sum) .. ':resv'
     redis.call('HSET', resv, rid, kid .. '|' .. qspec)
-    keep({resv}, ttl + MARGIN)
   end
   tokens = tokens - 1
   setBucket(rb, tokens)
@@ -341,12 +347,8 @@ if #placed > 0 then
   redis.call('HSET', holds, unpack(placed))
   redis.call('ZADD', exp, unpack(expiring))
 end
--- The hold records outlive the longest hold placed by MARGIN (each hold expires on its own in exp),
--- and the sum hash, which counts them, outlives the records.
-if longest > 0 then
-  keep({holds, exp, run}, longest + MARGIN)
-  idle_expiry(sum, pend, redis.call('PTTL', holds))
-end
+-- The hold records outlive the longest hold placed by MARGIN (each hold expires on its own in exp).
+if longest > 0 then keep_records(sum, holds, exp, run, pend, longest) end
 return out
 `;
 
@@ -396,11 +398,10 @@ end
 redis.call('HSET', holds, ARGV[1], k .. '|' .. string.format('%d', tonumber(amt) + tonumber(ARGV[2])) .. '|' .. owner)
 add(sum, k, ARGV[2])
 redis.call('ZADD', exp, now + tonumber(ARGV[10]), ARGV[1])
--- A session outlives its admission: each extension keeps the records, its usage reservations and the
--- sum hash MARGIN past the hold's new deadline, or a session longer than that would find its hold gone
--- (and what it reserved under the key's usage limits would not be given back when it ends).
-keep({holds, exp, run, qbase(sum) .. ':resv'}, tonumber(ARGV[10]) + MARGIN)
-idle_expiry(sum, pend, redis.call('PTTL', holds))
+-- A session outlives its admission: each extension keeps the records MARGIN past the hold's new
+-- deadline, or a session longer than that would find its hold gone (and what it reserved under the
+-- key's usage limits would not be given back when it ends).
+keep_records(sum, holds, exp, run, pend, tonumber(ARGV[10]))
 return {0}
 `;
 
