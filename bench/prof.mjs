@@ -22,6 +22,7 @@ const LOAD = Number(opt('--load', '0')); // with --sequential: a steady load of 
 const CPU_PROF = opt('--cpu-prof', null); // a directory: the gateway runs with --cpu-prof into it
 const LIMITS = JSON.parse(opt('--limits', '{}')); // merged into the config's limits, e.g. '{"overlap_admission":false}'
 const NODE_ARGS = opt('--node-args', '').split(/\s+/).filter(Boolean); // extra Node/V8 options for the gateway, e.g. '--wasm-tiering-budget=100000000'
+const GAP_MS = Number(opt('--gap-ms', '0')); // with --sequential: a pause between one request's reply and the next (a client that thinks, as bench/run's probe does every 5 ms); 0: back to back
 const TAIL = opt('--tail', null); // with --sequential: a file for every request's timing beside the gateway's GCs, queries, Redis commands and upstream calls (bench/tail-hooks.cjs), and what the slowest 1% overlapped
 const HEAP_PROF = opt('--heap-prof', null); // a directory: the gateway runs with --heap-prof into it (sampled allocations still live at exit: what is retained, not the allocation rate)
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -132,6 +133,7 @@ async function sequential(url, key, pid) {
       const w1 = performance.timeOrigin + performance.now();
       const m1 = TAIL ? mainNs() : null;
       all.push(TAIL ? [w0, w1, m1[0] - m0[0], m1[1] - m0[1]] : [w0, w1]);
+      if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
     }
     const cpu = usage(pid).cpu - before;
     ts.sort((a, b) => a - b);

@@ -119,6 +119,7 @@ export const ConfigSchema = Type.Object({
     max_body_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024 }),
     allow_overdraft: Type.Boolean({ default: false, description: 'admit a known cost on balance > 0 alone (one request may take the balance below zero)' }),
     overlap_admission: Type.Boolean({ default: true, description: 'with Redis: start the upstream call while admission places the hold when the request is far from every limit (abandoned unbilled if refused)' }),
+    spare_holds: Type.Boolean({ default: true, description: 'with Redis and overlap_admission: after a request of a key far from every limit, admit its next one on this instance in advance (one hold per key, given back after 2 s unused)' }),
     upload_bytes: Type.Integer({ minimum: 1024, default: 25 * 1024 * 1024, description: 'the largest file an upload route takes (413 past it)' }),
     route_upload_bytes: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 1024 }), { default: {}, description: 'upload_bytes for one route, by its name (audio.transcriptions, …)' }),
     storage_bytes_per_account: Type.Integer({ minimum: 0, default: 5 * 1024 ** 3, description: 'bytes one account may keep stored: its files and its cloned voices\' samples (an upload past it is refused)' }),
@@ -246,7 +247,7 @@ export interface Config {
   poolSize: number;
   redisUrl: string | undefined;
   redisPrefix: string;
-  limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number; allowOverdraft: boolean; overlapAdmission: boolean; uploadBytes: number; routeUploadBytes: Readonly<Record<string, number>>;
+  limits: { defaultRpm: number; defaultConcurrency: number; maxBodyBytes: number; allowOverdraft: boolean; overlapAdmission: boolean; spareHolds: boolean; uploadBytes: number; routeUploadBytes: Readonly<Record<string, number>>;
     /** Bytes one account may keep stored (files and voice samples). */
     storageBytesPerAccount: number; };
   /** Cloned voices: how many an account holds, how many samples one clone takes, how large one clone request may be. */
@@ -442,7 +443,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     databaseUrl, poolSize: c.database?.pool_size ?? 1,
     redisUrl, redisPrefix: c.redis?.key_prefix ?? 'tollgate:',
     limits: { defaultRpm: c.limits.default_rpm, defaultConcurrency: c.limits.default_concurrency, maxBodyBytes: c.limits.max_body_bytes,
-      allowOverdraft: c.limits.allow_overdraft, overlapAdmission: c.limits.overlap_admission,
+      allowOverdraft: c.limits.allow_overdraft, overlapAdmission: c.limits.overlap_admission, spareHolds: c.limits.spare_holds,
       uploadBytes: c.limits.upload_bytes, routeUploadBytes: c.limits.route_upload_bytes, storageBytesPerAccount: c.limits.storage_bytes_per_account },
     voices: { maxPerAccount: c.voices.max_per_account, maxSamples: c.voices.max_samples, maxRequestBytes: c.voices.max_request_bytes },
     fileSweepMs: envInt(env, 'TOLLGATE_FILE_SWEEP_MS') ?? 60_000,

@@ -7,7 +7,7 @@ import { StateCache } from './gate/cache.js';
 import { MemoryLimiter } from './gate/limits/memory.js';
 import { RedisLimiter } from './gate/limits/redis.js';
 import type { Limiter } from './gate/limits/types.js';
-import type { AdmissionDeps } from './gate/admission.js';
+import { makeSpares, type AdmissionDeps } from './gate/admission.js';
 import { LocalView } from './gate/local-view.js';
 import { Settler } from './ledger/settle.js';
 import { DebitJournal } from './ledger/journal.js';
@@ -123,6 +123,7 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
     holdTtlMs: maxTimeout + 60_000, allowOverdraft: c.limits.allowOverdraft, openHolds: { count: 0, releasing: new Set() },
     ...(limiter.kind === 'redis' && c.limits.overlapAdmission ? { localView: new LocalView(), overlap: { admitted: 0, refused: 0 } } : {}),
   };
+  if (c.limits.spareHolds) admission.spares = makeSpares(admission);
   const ffmpeg = await finding;
   logSpeechFormats(c, upstreamConfigs, ffmpeg);
   // The receipt signing key: the database's, made by the first instance that starts on it.
@@ -141,6 +142,7 @@ export async function openServices(config: Config, dataDir: string, batchEndpoin
   metrics.keyLookups = () => cache.missLookups;
   metrics.openHolds = () => admission.openHolds.count;
   metrics.admissionOverlap = () => admission.overlap ?? null;
+  metrics.spareHolds = () => admission.spares?.counts ?? null;
   metrics.pendingDebits = () => committer.pending;
   metrics.retryingDebits = () => committer.retrying;
   metrics.commitFailures = () => committer.commitsFailed;
@@ -170,6 +172,7 @@ export async function closeServices(s: Services, deadline = Date.now() + 30_000)
   const committed = await s.committer.drain(deadline);
   await s.settler.drain();
   await s.unbilled.flush();
+  await s.admission.spares?.close();
   await Promise.all(s.admission.openHolds.releasing);
   s.billing.close();
   s.cache.stop();

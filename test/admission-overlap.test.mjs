@@ -77,7 +77,8 @@ async function timedThroughPause(gw, redisUrl, up, key, body = say('hi')) {
 test('far from every limit, the upstream call starts while Redis places the hold; the reply waits for the admission and is billed exactly', async (t) => {
   const redis = await privateRedis(t);
   const up = await upstream(t);
-  const gw = await startGateway(t, { store: 'postgres', redis: true, redisUrl: redis.url, redisPrefix: 'tg:', upstreams: { up: { base_url: up.url } }, models: MODELS });
+  // Without spare holds: a key's next request would take the one its last request placed (test/spare-holds.test.mjs).
+  const gw = await startGateway(t, { store: 'postgres', redis: true, redisUrl: redis.url, redisPrefix: 'tg:', upstreams: { up: { base_url: up.url } }, models: MODELS, limits: { spare_holds: false } });
   const { key, account } = await gw.account('10');
   // The first request of a key waits: this instance has not seen the key's limits yet.
   const first = await timedThroughPause(gw, redis.url, up, key);

@@ -742,3 +742,34 @@ test('a turn of admissions over two accounts is decided in order, each as if alo
     assert.equal(await together.openHolds(B), 2);
   }
 });
+
+test('a hold given back (a spare no request took) frees its slot and amount and returns its rpm token to the key\'s bucket, never above the limit', async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const l = await redisLimiter(t, prefix);
+  const r = new Redis(REDIS);
+  t.after(() => r.quit());
+  const at = (id, rpm) => l.admit({ holdId: id, accountId: 'g', keyId: 'k', rpm, concurrency: 2, money: true, hold: 4_000n,
+    balance: { amount: 10_000n, version: 1n }, ceiling: null, spent: { period: 'month', start: NOW, amount: 0n, version: 1n }, ttlMs: 60_000 });
+  for (const id of ['a', 'b']) assert.equal((await at(id, 10)).ok, true);
+  // Both slots taken: a third is refused.
+  assert.equal((await at('c', 10)).reason, 'concurrency_limit_exceeded');
+  const bucket = async () => Number(await r.hget(`${prefix}{g}:rpm:k`, 't'));
+  const before = await bucket();
+  assert.ok(before < 8.01 && before >= 8, `two tokens taken (${before})`);
+  await l.giveBack('g', 'k', 'b', 10);
+  const after = await bucket();
+  assert.ok(after >= 9 && after < 9.01, `the token is back (${after})`);
+  assert.equal(await l.openHolds('g'), 1, 'its slot is free');
+  const c = await at('c', 10);
+  assert.equal(c.ok, true, 'a request takes the freed slot and amount');
+  assert.equal(c.remaining, 8, 'and the bucket counts it as the second request');
+  // A hold already gone gives nothing back; a token given back never lifts the bucket over the limit.
+  await l.giveBack('g', 'k', 'b', 10);
+  assert.ok(await bucket() < 8.01, 'a hold given back twice returns one token');
+  await l.release('g', 'a'); await l.release('g', 'c');
+  assert.equal((await at('d', 10)).ok, true);
+  await r.hset(`${prefix}{g}:rpm:k`, 't', '10');
+  await l.giveBack('g', 'k', 'd', 10);
+  assert.ok(await bucket() <= 10, 'capped at the limit');
+  assert.equal(await l.openHolds('g'), 0);
+});

@@ -9,6 +9,8 @@ import type { Metrics } from '../observe/metrics.js';
 import type { Units } from '../ledger/pricing.js';
 import { goDuration, quotaAsks, quotaUse, rateHeaders, retryHeaders, usageLimits } from './rate-headers.js';
 import type { LocalView } from './local-view.js';
+import { limitsOf, SPARE_MIN_CONCURRENCY, Spares, type Spare } from './spares.js';
+import { base62 } from '../store/ids.js';
 
 /** An admitted request's place in the limiter: its worst-case amount and its concurrency slot. */
 export interface Hold {
@@ -58,6 +60,51 @@ export interface AdmissionDeps {
   localView?: LocalView;
   /** Upstream calls started before their admission answered: admitted, and refused (the call abandoned, unbilled). */
   overlap?: { admitted: number; refused: number };
+  /** With a remote limiter: holds placed for a key's next request between two of its requests (gate/spares.ts). */
+  spares?: Spares;
+}
+
+/** The spare holds of a remote limiter that can give a hold back (gate/spares.ts); none for one that cannot. */
+export function makeSpares(d: Omit<AdmissionDeps, 'spares'>): Spares | undefined {
+  const { limiter } = d;
+  if (!limiter.giveBack || !d.localView) return undefined;
+  return new Spares(
+    (s) => limiter.giveBack!(s.accountId, s.keyId, s.id, s.rpm).catch(() => retryRelease(d, s.accountId, s.id, 1)),
+    (keyId) => d.localView?.closed(keyId));
+}
+
+/**
+ * After a request of `key` holding `amount` ends: when the key is still far from every limit (the local
+ * view's rule, as for an early upstream call) and has no spare here, one is placed for its next request.
+ */
+function replenish(d: AdmissionDeps, key: KeyRecord, amount: bigint): void {
+  const spares = d.spares;
+  if (!spares?.wants(key.id) || key.revokedAt || usageLimited(key) || !mayOverlap(d, key, amount)) return;
+  const { rpm, concurrency } = effectiveLimits(key, d);
+  if (concurrency < SPARE_MIN_CONCURRENCY) return;
+  const id = `spare/${base62(16)}`;
+  spares.place(key.id, async () => {
+    const { balance, spent } = await moneyState(d, key);
+    let out: AdmitOutcome;
+    try {
+      out = await d.limiter.admit({ holdId: id, accountId: key.accountId, keyId: key.id, rpm, concurrency, money: true, hold: amount,
+        balance, ceiling: key.spendLimit, spent, ttlMs: d.holdTtlMs, cover: !d.allowOverdraft });
+    } catch (e) {
+      retryRelease(d, key.accountId, id, 0);
+      throw e;
+    }
+    if (!out.ok) return null;
+    d.localView?.admitted(key.id, out.remaining);
+    const spare: Spare = { id, accountId: key.accountId, keyId: key.id, amount, limits: limitsOf(key, rpm, concurrency), rpm,
+      rateHeaders: rateHeaders(rpm, out.remaining, out.resetMs) };
+    return spare;
+  });
+}
+
+/** The key has a per-minute usage limit: its admissions reserve under it, which a spare does not. */
+function usageLimited(key: KeyRecord): boolean {
+  const u = usageLimits(key);
+  return u.tpm !== null || u.charsPerMin !== null || u.audioSecsPerMin !== null;
 }
 
 export function effectiveLimits(key: KeyRecord, d: { defaultRpm: number; defaultConcurrency: number }): { rpm: number; concurrency: number } {
@@ -157,6 +204,11 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
  */
 export function mayOverlap(d: AdmissionDeps, key: KeyRecord, amount: bigint, worst?: Units): boolean {
   if (!d.localView) return false;
+  // A spare will admit it at once: nothing to overlap.
+  if (d.spares) {
+    const { rpm, concurrency } = effectiveLimits(key, d);
+    if (d.spares.fits(key.id, amount, limitsOf(key, rpm, concurrency))) return false;
+  }
   const period = ceilingPeriod(key);
   // Only what memory holds: a first use is never overlapped, and nothing is loaded here.
   const money = d.cache.cachedMoney(key.accountId, key.id, period);
@@ -181,6 +233,14 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
   if (big) {
     d.metrics.rejection('request_too_large');
     throw tooLarge(key, big);
+  }
+  // The key's spare, placed after its last request here, admits this one with no round trip.
+  if (money && d.spares && quotas.length === 0) {
+    const spare = d.spares.take(key.id, amount, limitsOf(key, rpm, concurrency));
+    if (spare) {
+      d.openHolds.count++;
+      return new AdmittedHold(d, key, spare.id, spare.amount, usage, spare.rateHeaders, true);
+    }
   }
   let state;
   try {
@@ -224,7 +284,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
   }
   d.openHolds.count++;
   d.localView?.admitted(key.id, out.remaining);
-  return new AdmittedHold(d, key, holdId, amount, usage, rateHeaders(rpm, out.remaining, out.resetMs, out.quotas));
+  return new AdmittedHold(d, key, holdId, amount, usage, rateHeaders(rpm, out.remaining, out.resetMs, out.quotas), money);
 }
 
 /**
@@ -235,14 +295,22 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
 class AdmittedHold implements Hold {
   private open = true;
   private held: bigint;
+  /** What admission held for it (a spare placed when it ends holds as much); 0 for an unbilled request. */
+  private readonly worst: bigint;
   readonly accountId: string;
   readonly keyId: string;
 
   constructor(private readonly d: AdmissionDeps, private readonly key: KeyRecord, readonly id: string, amount: bigint,
-    private readonly usage: ReturnType<typeof usageLimits>, readonly rateHeaders: Record<string, string>) {
+    private readonly usage: ReturnType<typeof usageLimits>, readonly rateHeaders: Record<string, string>, money: boolean) {
     this.held = amount;
+    this.worst = money ? amount : 0n;
     this.accountId = key.accountId;
     this.keyId = key.id;
+  }
+
+  /** The request has ended (settled durably, or released): a spare may be placed for the key's next one. */
+  private ended(): void {
+    if (this.worst > 0n && this.d.spares) replenish(this.d, this.d.cache.keyById(this.keyId) ?? this.key, this.worst);
   }
 
   get amount(): bigint { return this.held; }
@@ -263,6 +331,7 @@ class AdmittedHold implements Hold {
       .finally(() => { d.openHolds.releasing.delete(p); });
     d.openHolds.releasing.add(p);
     await p;
+    this.ended();
   }
 
   async settle(debit: PendingDebit, final: boolean, covered = debit.amount, used?: Units, freed?: QuotaAsk[]): Promise<void> {
@@ -276,6 +345,7 @@ class AdmittedHold implements Hold {
       if (final) this.d.limiter.release(this.accountId, this.id).catch(() => retryRelease(this.d, this.accountId, this.id, 1));
       throw e;
     }
+    if (final) this.ended();
   }
 
   progress(debit: PendingDebit): Promise<void> {

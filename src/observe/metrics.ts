@@ -35,6 +35,8 @@ export class Metrics {
   keyLookups = (): number => 0;
   /** Upstream calls started before their admission answered (Redis limits): admitted, refused. */
   admissionOverlap = (): { admitted: number; refused: number } | null => null;
+  /** Spare holds (gate/spares.ts): placed, taken by a request, given back unused. */
+  spareHolds = (): { placed: number; used: number; returned: number } | null => null;
   /** Per configured upstream (a bounded label set): health, in flight, ejections, retries, busy refusals. */
   upstreamHealth = (): UpstreamHealth[] => [];
   /** The front end serving (server/io.ts): uws or node. */
@@ -61,6 +63,11 @@ export class Metrics {
     if (overlap) {
       out.push('# HELP tollgate_admission_overlap_total Upstream calls started while admission placed the hold (far from every limit), by its answer; a refused one was abandoned unbilled.', '# TYPE tollgate_admission_overlap_total counter');
       out.push(`tollgate_admission_overlap_total{outcome="admitted"} ${overlap.admitted}`, `tollgate_admission_overlap_total{outcome="refused"} ${overlap.refused}`);
+    }
+    const spares = this.spareHolds();
+    if (spares) {
+      out.push('# HELP tollgate_spare_holds_total Holds admitted for a key\'s next request between two of its requests: placed, used (that request took no admission round trip), returned unused (rpm token given back).', '# TYPE tollgate_spare_holds_total counter');
+      out.push(`tollgate_spare_holds_total{outcome="placed"} ${spares.placed}`, `tollgate_spare_holds_total{outcome="used"} ${spares.used}`, `tollgate_spare_holds_total{outcome="returned"} ${spares.returned}`);
     }
     hist(out, 'tollgate_request_duration_ms', 'Time from request to response end.', this.latency);
     hist(out, 'tollgate_gateway_overhead_ms', 'Request time minus upstream time, for proxied requests.', this.overhead);

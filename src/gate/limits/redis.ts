@@ -422,6 +422,19 @@ add(KEYS[1], k, string.format('%d', -off))
 return off
 `;
 
+// KEYS: sum holds exp run bucket. ARGV: hold rpm. Drops a hold no request used (a spare: gate/spares.ts) and
+// gives the token its admission took back to the key's request bucket, never above the limit: the bucket is
+// then as if the hold had never been placed. A hold already gone (taken over) gives nothing back.
+const GIVEBACK = `${LIB}
+if not drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]) then return 0 end
+local b = redis.call('HMGET', KEYS[5], 't', 'ts')
+if not b[1] then return 1 end
+local rpm, now = tonumber(ARGV[2]), qnow()
+local tokens = math.min(rpm, tonumber(b[1]) + math.max(0, now - (tonumber(b[2]) or now)) * rpm / 60000)
+redis.call('HSET', KEYS[5], 't', tostring(math.min(rpm, tokens + 1)), 'ts', tostring(now))
+return 1
+`;
+
 // KEYS: sum holds exp run. ARGV: the hold ids of one account released in one event-loop turn.
 const RELEASE = `${LIB}
 for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
@@ -589,6 +602,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LI
 export const SCRIPTS = {
   admit: { lua: ADMIT, keys: 5 },
   release: { lua: RELEASE, keys: 4 },
+  giveback: { lua: GIVEBACK, keys: 5 },
   extend: { lua: EXTEND, keys: 6 },
   shrink: { lua: SHRINK, keys: 2 },
   settle: { lua: SETTLE, keys: 5 },
@@ -891,6 +905,11 @@ export class RedisLimiter implements Limiter {
    */
   release(accountId: string, holdId: string): Promise<void> {
     return this.queue(this.releases, accountId, holdId, () => this.flushReleases());
+  }
+
+  async giveBack(accountId: string, keyId: string, holdId: string, rpm: number): Promise<void> {
+    const [sum, holds, exp, run] = this.keys(accountId);
+    await this.script<number>('giveback', sum, holds, exp, run, this.rpmKey(accountId, keyId), holdId, String(rpm));
   }
 
   private flushReleases(): void {

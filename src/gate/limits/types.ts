@@ -108,6 +108,11 @@ export interface Limiter {
   /** Drops a hold: the request billed nothing. */
   release(accountId: string, holdId: string): Promise<void>;
   /**
+   * Drops a hold no request used (a spare hold, gate/spares.ts) and gives back the rpm token its
+   * admission took, never above `rpm`. Only a remote limiter has it: spares save its round trip.
+   */
+  giveBack?(accountId: string, keyId: string, holdId: string, rpm: number): Promise<void>;
+  /**
    * Takes `amount` off an open hold, never below zero, keeping its slot: a session's stretch that
    * was held for and billed nothing (a failed generation or response). A missing hold is no error.
    */

@@ -1,0 +1,186 @@
+// Spare holds (issue 29, gate/spares.ts): with Redis, after a request of a key far from every limit, the
+// instance admits the key's next request ahead, between the two, so that request's admission costs no
+// round trip on its path. A spare is a hold like any other (money, slot, rpm token, seen by every
+// instance); one nobody takes within 2 s is given back with its rpm token. Redis is a private one, so that
+// pausing it (CLIENT PAUSE) holds no other test up.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import { startGateway, freshDatabase, bearer, chatBody, assertInvariants, priceNano, balanceNano, dollarsToNano } from './helpers/gateway.mjs';
+import { privateRedis } from './helpers/stores.mjs';
+import { Redis } from '../node_modules/ioredis/built/index.js';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const PROMPT_TOKENS = 3;
+const OUTPUT_TOKENS = 1;
+
+/** An upstream that notes when each request arrived. */
+async function upstream(t) {
+  const u = { seen: [] };
+  const server = http.createServer((req, res) => {
+    u.seen.push(Date.now());
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'm',
+        choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+        usage: { prompt_tokens: PROMPT_TOKENS, completion_tokens: OUTPUT_TOKENS, total_tokens: PROMPT_TOKENS + OUTPUT_TOKENS } }));
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  u.url = `http://127.0.0.1:${server.address().port}`;
+  return u;
+}
+
+const MODELS = [{ id: 'm', upstream: 'up', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 }];
+const say = (extra = {}) => chatBody({ model: 'm', messages: [{ role: 'user', content: 'hi' }], ...extra });
+const post = (gw, key, body = say()) => gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body });
+const EACH = priceNano(PROMPT_TOKENS, OUTPUT_TOKENS);
+
+async function counts(gw) {
+  const m = await (await gw.fetch('/metrics')).text();
+  const n = (name, o) => Number(new RegExp(`^${name}\\{outcome="${o}"\\} (\\d+)`, 'm').exec(m)?.[1] ?? NaN);
+  return { placed: n('tollgate_spare_holds_total', 'placed'), used: n('tollgate_spare_holds_total', 'used'), returned: n('tollgate_spare_holds_total', 'returned'),
+    overlapped: n('tollgate_admission_overlap_total', 'admitted') };
+}
+
+async function until(what, f, ms = 5_000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await f();
+    if (v) return v;
+    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+/** The account's holds in Redis (each spare and request in flight is one) and what they hold. */
+async function held(redisUrl, account) {
+  const r = new Redis(redisUrl);
+  try {
+    const [n, total] = await Promise.all([r.hlen(`tg:{${account}}:holds`), r.hget(`tg:{${account}}:holdsum`, 'total')]);
+    return { holds: n, total: BigInt(total ?? 0) };
+  } finally { r.disconnect(); }
+}
+
+async function gateway(t, redis, up, limits = {}) {
+  return startGateway(t, { store: 'postgres', redis: true, redisUrl: redis.url, redisPrefix: 'tg:', upstreams: { up: { base_url: up.url } }, models: MODELS, limits });
+}
+
+test('one request at a time: each after the first takes the spare hold its predecessor placed, so its upstream call starts with Redis paused; every one is billed exactly, and the last spare goes back unused', async (t) => {
+  const redis = await privateRedis(t);
+  const up = await upstream(t);
+  const gw = await gateway(t, redis, up);
+  const { key, account } = await gw.account('10');
+  assert.equal((await post(gw, key)).status, 200);
+  // Placed once the first request ended: a hold in Redis with no request in flight.
+  await until('the spare', async () => (await counts(gw)).placed === 1);
+  const spare = await held(redis.url, account);
+  assert.equal(spare.holds, 1, 'the spare is a hold in Redis, seen by every instance');
+  assert.ok(spare.total > 0n, 'holding the worst case of the request that placed it');
+  // Redis paused for 600 ms: the request's admission is already made, so the upstream has it at once.
+  const c = new Redis(redis.url);
+  await c.call('CLIENT', 'PAUSE', '600', 'ALL');
+  c.disconnect();
+  const before = up.seen.length;
+  const sent = Date.now();
+  const res = await post(gw, key);
+  assert.equal(res.status, 200);
+  assert.ok(up.seen[before] - sent < 300, `the upstream had it ${up.seen[before] - sent} ms after it was sent, Redis paused`);
+  assert.equal(res.headers.get('x-ratelimit-limit-requests'), '600', 'it carries the rate-limit headers of its admission');
+  assert.ok(Number(res.headers.get('x-ratelimit-remaining-requests')) >= 590);
+  await res.arrayBuffer();
+  // A spare is placed once the request before has settled, beside the reply: a client a few hundred µs behind takes it.
+  for (let i = 0; i < 3; i++) {
+    await until('the next spare', async () => (await counts(gw)).placed === 2 + i);
+    assert.equal((await post(gw, key)).status, 200);
+  }
+  const seen = await counts(gw);
+  assert.equal(seen.used, 4, 'requests 2 to 5 each took a spare');
+  assert.equal(seen.overlapped, 0, 'none needed an admission beside its upstream call');
+  assert.equal(await balanceNano(gw, account), dollarsToNano('10') - 5n * EACH, 'each billed exactly');
+  // The spare placed after the fifth is given back 2 s later, with nothing held.
+  await until('the last spare given back', async () => (await counts(gw)).returned === 1, 4_000);
+  assert.deepEqual(await held(redis.url, account), { holds: 0, total: 0n });
+  await assertInvariants(assert, gw, account);
+});
+
+test('a spare admits only what it covers, under the key\'s limits as they are: a larger request, or one after the key\'s rpm changed, is admitted by Redis; spare_holds false places none', async (t) => {
+  const redis = await privateRedis(t);
+  const up = await upstream(t);
+  const gw = await gateway(t, redis, up);
+  const { key, account, prefix } = await gw.account('10');
+  assert.equal((await post(gw, key, say({ max_tokens: 16 }))).status, 200);
+  await until('the spare', async () => (await counts(gw)).placed === 1);
+  // Its worst case (16 tokens out) does not cover 1,000: Redis admits that one; the spare stays.
+  assert.equal((await post(gw, key, say({ max_tokens: 1000 }))).status, 200);
+  assert.equal((await counts(gw)).used, 0);
+  assert.equal((await post(gw, key, say({ max_tokens: 16 }))).status, 200);
+  assert.equal((await counts(gw)).used, 1, 'a request it covers takes it');
+  await until('the next spare', async () => (await counts(gw)).placed >= 2);
+  // The key's rpm lowered: the spare, admitted under 600, is given back and the request goes to Redis.
+  await gw.cli('key', 'limits', prefix, '--rpm', '300');
+  await sleep(1_500); // the change feed
+  const res = await post(gw, key, say({ max_tokens: 16 }));
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('x-ratelimit-limit-requests'), '300');
+  const after = await counts(gw);
+  assert.equal(after.used, 1, 'not taken under the old limits');
+  assert.ok(after.returned >= 1, 'given back');
+  assert.equal(await balanceNano(gw, account), dollarsToNano('10') - 4n * EACH);
+  // Off: nothing placed, nothing counted.
+  const off = await gateway(t, redis, up, { spare_holds: false });
+  const o = await off.account('10');
+  for (let i = 0; i < 3; i++) assert.equal((await post(off, o.key)).status, 200);
+  await sleep(100);
+  assert.doesNotMatch(await (await off.fetch('/metrics')).text(), /tollgate_spare_holds_total/);
+  assert.deepEqual(await held(redis.url, o.account), { holds: 0, total: 0n });
+  await assertInvariants(assert, gw, account);
+});
+
+test('no spare near a limit: a balance within 100 worst cases, a key allowed fewer than 8 requests in flight, a key with a token limit', async (t) => {
+  const redis = await privateRedis(t);
+  const up = await upstream(t);
+  const gw = await gateway(t, redis, up);
+  for (const [credit, opts] of [['0.5', {}], ['10', { concurrency: 4 }], ['10', { tpm: 1_000_000 }]]) {
+    const { key, account } = await gw.account(credit, opts);
+    for (let i = 0; i < 3; i++) assert.equal((await post(gw, key)).status, 200);
+    await sleep(100);
+    assert.deepEqual(await held(redis.url, account), { holds: 0, total: 0n }, JSON.stringify(opts));
+  }
+  assert.equal((await counts(gw)).placed, 0);
+});
+
+test('a graceful stop gives every spare back: nothing is left held in Redis', async (t) => {
+  const redis = await privateRedis(t);
+  const up = await upstream(t);
+  const gw = await gateway(t, redis, up);
+  const { key, account } = await gw.account('10');
+  assert.equal((await post(gw, key)).status, 200);
+  await until('the spare', async () => (await counts(gw)).placed === 1);
+  assert.equal((await held(redis.url, account)).holds, 1);
+  await gw.stop();
+  assert.deepEqual(await held(redis.url, account), { holds: 0, total: 0n });
+});
+
+test('a spare of an instance killed with kill -9 is dropped by the takeover, billing nothing', async (t) => {
+  const redis = await privateRedis(t);
+  const up = await upstream(t);
+  const db = await freshDatabase();
+  t.after(() => db.drop());
+  const o = { store: 'postgres', database: db, redis: true, redisUrl: redis.url, redisPrefix: 'tg:', upstreams: { up: { base_url: up.url } }, models: MODELS };
+  const a = await startGateway(t, o);
+  const b = await startGateway(t, o);
+  const { key, account } = await a.account('10');
+  assert.equal((await post(a, key)).status, 200);
+  await until('the spare', async () => (await counts(a)).placed === 1);
+  assert.equal((await held(redis.url, account)).holds, 1);
+  a.proc.kill('SIGKILL');
+  await a.exited;
+  // B sees A's heartbeat stop (5 s) and takes its holds over: the spare had no request, so nothing is billed.
+  await until('the takeover', async () => (await held(redis.url, account)).holds === 0, 15_000);
+  assert.deepEqual(await held(redis.url, account), { holds: 0, total: 0n });
+  assert.equal(await balanceNano(b, account), dollarsToNano('10') - EACH, 'the one request served, and nothing for the spare');
+  await assertInvariants(assert, b, account);
+});
