@@ -184,3 +184,24 @@ test('a spare of an instance killed with kill -9 is dropped by the takeover, bil
   assert.equal(await balanceNano(b, account), dollarsToNano('10') - EACH, 'the one request served, and nothing for the spare');
   await assertInvariants(assert, b, account);
 });
+
+test('Redis lost: no spare is taken, so the key\'s next request fails closed (503) as any admission does; once Redis is back, spares are placed again', async (t) => {
+  const redis = await privateRedis(t);
+  const up = await upstream(t);
+  const gw = await gateway(t, redis, up);
+  const { key, account } = await gw.account('10');
+  assert.equal((await post(gw, key)).status, 200);
+  await until('the spare', async () => (await counts(gw)).placed === 1);
+  redis.kill();
+  await sleep(300);
+  const res = await post(gw, key);
+  assert.equal(res.status, 503);
+  assert.equal((await res.json()).error.code, 'limits_unavailable');
+  assert.equal((await counts(gw)).used, 0, 'the spare admitted before the loss was not used');
+  await redis.start();
+  let back = 0;
+  for (let i = 0; i < 50 && back !== 200; i++) { back = (await post(gw, key)).status; if (back !== 200) await sleep(200); }
+  assert.equal(back, 200);
+  await until('a spare again', async () => (await counts(gw)).placed === 2);
+  assert.equal(await balanceNano(gw, account), dollarsToNano('10') - 2n * EACH, 'the two served, billed once each');
+});

@@ -68,9 +68,11 @@ export interface AdmissionDeps {
 export function makeSpares(d: Omit<AdmissionDeps, 'spares'>): Spares | undefined {
   const { limiter } = d;
   if (!limiter.giveBack || !d.localView) return undefined;
-  return new Spares(
+  const spares = new Spares(
     (s) => limiter.giveBack!(s.accountId, s.keyId, s.id, s.rpm).catch(() => retryRelease(d, s.accountId, s.id, 1)),
     (keyId) => d.localView?.closed(keyId));
+  limiter.onTrouble?.(() => spares.dropAll());
+  return spares;
 }
 
 /**
@@ -235,7 +237,7 @@ export async function admit(d: AdmissionDeps, key: KeyRecord, holdId: string, am
     throw tooLarge(key, big);
   }
   // The key's spare, placed after its last request here, admits this one with no round trip.
-  if (money && d.spares && quotas.length === 0) {
+  if (money && amount > 0n && d.spares && quotas.length === 0) {
     const spare = d.spares.take(key.id, amount, limitsOf(key, rpm, concurrency));
     if (spare) {
       d.openHolds.count++;

@@ -91,6 +91,15 @@ export class Spares {
   /** Spares placed and not taken. */
   get size(): number { return this.byKey.size; }
 
+  /**
+   * The limiter lost a connection or a call failed: no spare is taken until new ones are placed (each by
+   * an admission that succeeded since), so requests meanwhile go to admission and fail closed (503) while
+   * it is unreachable. Each is given back (retried as a release if that fails too).
+   */
+  dropAll(): void {
+    for (const s of [...this.byKey.values()]) this.giveUp(s);
+  }
+
   /** Gives back every spare, and any still being placed, before the limiter closes. */
   async close(): Promise<void> {
     this.closed = true;

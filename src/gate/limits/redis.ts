@@ -735,6 +735,12 @@ export class RedisLimiter implements Limiter {
     const r = openRedis(url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, autoResendUnfulfilledCommands: false,
       enableAutoPipelining: true, lazyConnect: false });
     r.on('error', () => undefined); // reported where a command fails; the client reconnects by itself
+    // A connection lost (one server's, or any node's of a Cluster): what this instance admitted ahead
+    // (spare holds) may no longer be there, and admission must fail closed meanwhile.
+    if (r instanceof Cluster) {
+      r.on('+node', (node: Redis) => node.on('close', () => this.lost()));
+      r.on('node error', () => this.lost());
+    } else r.on('close', () => this.lost());
     r.on('ready', () => {
       this.readyAt = Date.now();
       // The server may have come back without this owner's account list (a restart with nothing on disk,
@@ -783,13 +789,25 @@ export class RedisLimiter implements Limiter {
    */
   private script<T>(name: ScriptName, ...args: string[]): Promise<T> {
     const byEval = (): Promise<T> => (this.redis[evalName(name)] as (...a: string[]) => Promise<T>).apply(this.redis, args);
-    if (!this.functions) return byEval();
+    if (!this.functions) return byEval().catch((e: unknown) => this.failed(e));
     return (this.redis.fcall(LIBRARY.name(name), SCRIPTS[name].keys, ...args) as Promise<T>).catch((e: unknown) => {
-      if (!/function not found/i.test(String((e as Error)?.message))) throw e;
+      if (!/function not found/i.test(String((e as Error)?.message))) return this.failed(e);
       this.functions = false;
       void this.loadFunctions();
-      return byEval();
+      return byEval().catch((e2: unknown) => this.failed(e2));
     });
+  }
+
+  private readonly onLost: (() => void)[] = [];
+
+  onTrouble(f: () => void): void { this.onLost.push(f); }
+
+  private lost(): void { for (const f of this.onLost) f(); }
+
+  /** A script call failed (unreachable, or a master gone): told as a connection lost, then rethrown. */
+  private failed(e: unknown): never {
+    this.lost();
+    throw e;
   }
 
   /** A PING (failing at once while disconnected: there is no offline queue). */

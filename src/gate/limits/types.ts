@@ -112,6 +112,8 @@ export interface Limiter {
    * admission took, never above `rpm`. Only a remote limiter has it: spares save its round trip.
    */
   giveBack?(accountId: string, keyId: string, holdId: string, rpm: number): Promise<void>;
+  /** Calls `f` whenever a connection to the store is lost or a call to it fails (a remote limiter only). */
+  onTrouble?(f: () => void): void;
   /**
    * Takes `amount` off an open hold, never below zero, keeping its slot: a session's stretch that
    * was held for and billed nothing (a failed generation or response). A missing hold is no error.
