@@ -144,7 +144,11 @@ async function sequential(url, key, pid) {
       gateway_cpu_ticks_by_thread: Object.fromEntries(Object.entries(threads()).map(([k, v]) => [k, v - (th0[k] ?? 0)]).filter(([, v]) => v > 0)) });
   }
   agent.destroy();
-  console.log(JSON.stringify({ cli: CLI, store: STORE, sequential: SEQUENTIAL, limits: LIMITS, rounds }));
+  // How many of the requests a spare hold admitted (README, "Spare holds"): none back to back, where the next
+  // request arrives before the spare its predecessor's end placed.
+  const m = await fetch(`${url.replace(/\/v1\/.*$/, '')}/metrics`).then((r) => r.text(), () => '');
+  const spares = Object.fromEntries([...m.matchAll(/^tollgate_spare_holds_total\{outcome="(\w+)"\} (\d+)/gm)].map((x) => [x[1], Number(x[2])]));
+  console.log(JSON.stringify({ cli: CLI, store: STORE, sequential: SEQUENTIAL, gap_ms: GAP_MS, limits: LIMITS, spares, rounds }));
   return all;
 }
 
