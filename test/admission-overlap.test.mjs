@@ -4,46 +4,13 @@
 // goes with the test: its keys are not cleared one by one, so the gateways are given a fixed prefix).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { startGateway, freshDatabase, bearer, chatBody, assertInvariants, priceNano, balanceNano, dollarsToNano } from './helpers/gateway.mjs';
 import { privateRedis } from './helpers/stores.mjs';
+import { chatRecorder as upstream, RECORDER_TOKENS } from './helpers/stub-upstream.mjs';
 import { Redis } from '../node_modules/ioredis/built/index.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const PROMPT_TOKENS = 3;
-const OUTPUT_TOKENS = 1;
-
-/**
- * An upstream that notes when each request arrived and whether its client closed it before the answer;
- * a body whose last message says "hang" is never answered, one that says "slow" 300 ms late.
- */
-async function upstream(t) {
-  const u = { seen: [] };
-  const server = http.createServer((req, res) => {
-    const entry = { at: Date.now(), closedEarly: false, answered: false };
-    u.seen.push(entry);
-    let b = '';
-    req.on('data', (c) => { b += c; });
-    res.on('close', () => { if (!entry.answered) entry.closedEarly = true; });
-    req.on('end', () => {
-      const said = JSON.parse(b).messages.at(-1).content;
-      if (said === 'hang') return;
-      setTimeout(() => {
-        if (res.destroyed) return;
-        entry.answered = true;
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'm',
-          choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-          usage: { prompt_tokens: PROMPT_TOKENS, completion_tokens: OUTPUT_TOKENS, total_tokens: PROMPT_TOKENS + OUTPUT_TOKENS } }));
-      }, said === 'slow' ? 300 : 0);
-    });
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  t.after(() => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }));
-  u.url = `http://127.0.0.1:${server.address().port}`;
-  return u;
-}
 
 const MODELS = [{ id: 'm', upstream: 'up', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 }];
 const say = (content) => chatBody({ model: 'm', messages: [{ role: 'user', content }] });
@@ -90,7 +57,7 @@ test('far from every limit, the upstream call starts while Redis places the hold
   assert.ok(second.arrived < 300, `the upstream had the request ${second.arrived} ms after it was sent, while Redis was paused`);
   assert.ok(second.took >= 450, `the reply waited for the admission (${second.took} ms)`);
   assert.deepEqual(await overlapCounts(gw), { admitted: 1, refused: 0 });
-  const each = priceNano(PROMPT_TOKENS, OUTPUT_TOKENS);
+  const each = priceNano(RECORDER_TOKENS.prompt, RECORDER_TOKENS.output);
   assert.equal(await balanceNano(gw, account), dollarsToNano('10') - 2n * each);
   await assertInvariants(assert, gw, account);
 });

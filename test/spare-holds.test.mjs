@@ -5,38 +5,17 @@
 // pausing it (CLIENT PAUSE) holds no other test up.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import { startGateway, freshDatabase, bearer, chatBody, assertInvariants, priceNano, balanceNano, dollarsToNano } from './helpers/gateway.mjs';
 import { privateRedis } from './helpers/stores.mjs';
+import { chatRecorder as upstream, RECORDER_TOKENS } from './helpers/stub-upstream.mjs';
 import { Redis } from '../node_modules/ioredis/built/index.js';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const PROMPT_TOKENS = 3;
-const OUTPUT_TOKENS = 1;
-
-/** An upstream that notes when each request arrived. */
-async function upstream(t) {
-  const u = { seen: [] };
-  const server = http.createServer((req, res) => {
-    u.seen.push(Date.now());
-    req.resume();
-    req.on('end', () => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'm',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-        usage: { prompt_tokens: PROMPT_TOKENS, completion_tokens: OUTPUT_TOKENS, total_tokens: PROMPT_TOKENS + OUTPUT_TOKENS } }));
-    });
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  t.after(() => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }));
-  u.url = `http://127.0.0.1:${server.address().port}`;
-  return u;
-}
 
 const MODELS = [{ id: 'm', upstream: 'up', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 }];
 const say = (extra = {}) => chatBody({ model: 'm', messages: [{ role: 'user', content: 'hi' }], ...extra });
 const post = (gw, key, body = say()) => gw.fetch('/v1/chat/completions', { method: 'POST', headers: bearer(key), body });
-const EACH = priceNano(PROMPT_TOKENS, OUTPUT_TOKENS);
+const EACH = priceNano(RECORDER_TOKENS.prompt, RECORDER_TOKENS.output);
 
 async function counts(gw) {
   const m = await (await gw.fetch('/metrics')).text();
@@ -68,14 +47,20 @@ async function gateway(t, redis, up, limits = {}) {
   return startGateway(t, { store: 'postgres', redis: true, redisUrl: redis.url, redisPrefix: 'tg:', upstreams: { up: { base_url: up.url } }, models: MODELS, limits });
 }
 
-test('one request at a time: each after the first takes the spare hold its predecessor placed, so its upstream call starts with Redis paused; every one is billed exactly, and the last spare goes back unused', async (t) => {
+/** A gateway on a private Redis, an account with $10 and a key, one request served, and the spare its end placed. */
+async function withSpare(t, body = say()) {
   const redis = await privateRedis(t);
   const up = await upstream(t);
   const gw = await gateway(t, redis, up);
-  const { key, account } = await gw.account('10');
-  assert.equal((await post(gw, key)).status, 200);
-  // Placed once the first request ended: a hold in Redis with no request in flight.
+  const { key, account, prefix } = await gw.account('10');
+  assert.equal((await post(gw, key, body)).status, 200);
   await until('the spare', async () => (await counts(gw)).placed === 1);
+  return { redis, up, gw, key, account, prefix };
+}
+
+test('one request at a time: each after the first takes the spare hold its predecessor placed, so its upstream call starts with Redis paused; every one is billed exactly, and the last spare goes back unused', async (t) => {
+  // The spare is placed once the first request ended: a hold in Redis with no request in flight.
+  const { redis, up, gw, key, account } = await withSpare(t);
   const spare = await held(redis.url, account);
   assert.equal(spare.holds, 1, 'the spare is a hold in Redis, seen by every instance');
   assert.ok(spare.total > 0n, 'holding the worst case of the request that placed it');
@@ -87,7 +72,7 @@ test('one request at a time: each after the first takes the spare hold its prede
   const sent = Date.now();
   const res = await post(gw, key);
   assert.equal(res.status, 200);
-  assert.ok(up.seen[before] - sent < 300, `the upstream had it ${up.seen[before] - sent} ms after it was sent, Redis paused`);
+  assert.ok(up.seen[before].at - sent < 300, `the upstream had it ${up.seen[before].at - sent} ms after it was sent, Redis paused`);
   assert.equal(res.headers.get('x-ratelimit-limit-requests'), '600', 'it carries the rate-limit headers of its admission');
   assert.ok(Number(res.headers.get('x-ratelimit-remaining-requests')) >= 590);
   await res.arrayBuffer();
@@ -107,12 +92,7 @@ test('one request at a time: each after the first takes the spare hold its prede
 });
 
 test('a spare admits only what it covers, under the key\'s limits as they are: a larger request, or one after the key\'s rpm changed, is admitted by Redis; spare_holds false places none', async (t) => {
-  const redis = await privateRedis(t);
-  const up = await upstream(t);
-  const gw = await gateway(t, redis, up);
-  const { key, account, prefix } = await gw.account('10');
-  assert.equal((await post(gw, key, say({ max_tokens: 16 }))).status, 200);
-  await until('the spare', async () => (await counts(gw)).placed === 1);
+  const { redis, up, gw, key, account, prefix } = await withSpare(t, say({ max_tokens: 16 }));
   // Its worst case (16 tokens out) does not cover 1,000: Redis admits that one; the spare stays.
   assert.equal((await post(gw, key, say({ max_tokens: 1000 }))).status, 200);
   assert.equal((await counts(gw)).used, 0);
@@ -153,12 +133,7 @@ test('no spare near a limit: a balance within 100 worst cases, a key allowed few
 });
 
 test('a graceful stop gives every spare back: nothing is left held in Redis', async (t) => {
-  const redis = await privateRedis(t);
-  const up = await upstream(t);
-  const gw = await gateway(t, redis, up);
-  const { key, account } = await gw.account('10');
-  assert.equal((await post(gw, key)).status, 200);
-  await until('the spare', async () => (await counts(gw)).placed === 1);
+  const { redis, gw, account } = await withSpare(t);
   assert.equal((await held(redis.url, account)).holds, 1);
   await gw.stop();
   assert.deepEqual(await held(redis.url, account), { holds: 0, total: 0n });
@@ -186,12 +161,7 @@ test('a spare of an instance killed with kill -9 is dropped by the takeover, bil
 });
 
 test('Redis lost: no spare is taken, so the key\'s next request fails closed (503) as any admission does; once Redis is back, spares are placed again', async (t) => {
-  const redis = await privateRedis(t);
-  const up = await upstream(t);
-  const gw = await gateway(t, redis, up);
-  const { key, account } = await gw.account('10');
-  assert.equal((await post(gw, key)).status, 200);
-  await until('the spare', async () => (await counts(gw)).placed === 1);
+  const { redis, gw, key, account } = await withSpare(t);
   redis.kill();
   await sleep(300);
   const res = await post(gw, key);

@@ -84,3 +84,37 @@ export async function startRecorder(t) {
   rec.url = `http://127.0.0.1:${server.address().port}`;
   return rec;
 }
+
+/** The usage every chatRecorder reply reports. */
+export const RECORDER_TOKENS = { prompt: 3, output: 1 };
+
+/**
+ * A chat upstream that notes when each request arrived and whether its client closed it before the answer;
+ * a body whose last message says "hang" is never answered, one that says "slow" 300 ms late.
+ */
+export async function chatRecorder(t) {
+  const u = { seen: [] };
+  const server = http.createServer((req, res) => {
+    const entry = { at: Date.now(), closedEarly: false, answered: false };
+    u.seen.push(entry);
+    let b = '';
+    req.on('data', (c) => { b += c; });
+    res.on('close', () => { if (!entry.answered) entry.closedEarly = true; });
+    req.on('end', () => {
+      const said = JSON.parse(b).messages.at(-1).content;
+      if (said === 'hang') return;
+      setTimeout(() => {
+        if (res.destroyed) return;
+        entry.answered = true;
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'c', object: 'chat.completion', created: 1, model: 'm',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: RECORDER_TOKENS.prompt, completion_tokens: RECORDER_TOKENS.output, total_tokens: RECORDER_TOKENS.prompt + RECORDER_TOKENS.output } }));
+      }, said === 'slow' ? 300 : 0);
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  u.url = `http://127.0.0.1:${server.address().port}`;
+  return u;
+}
