@@ -7,7 +7,7 @@ import type { AdmitOutcome, ExtendOutcome, Limiter, MoneyRefusal, PendingDebit, 
 import { nanoToDecimal } from '../money.js';
 import type { Metrics } from '../observe/metrics.js';
 import type { Units } from '../ledger/pricing.js';
-import { goDuration, quotaAsks, quotaUse, rateHeaders, retryHeaders, usageLimits } from './rate-headers.js';
+import { goDuration, hasUsageLimits, quotaAsks, quotaUse, rateHeaders, retryHeaders, usageLimits } from './rate-headers.js';
 import type { LocalView } from './local-view.js';
 import { limitsOf, SPARE_MIN_CONCURRENCY, Spares, type Spare } from './spares.js';
 import { base62 } from '../store/ids.js';
@@ -81,7 +81,8 @@ export function makeSpares(d: Omit<AdmissionDeps, 'spares'>): Spares | undefined
  */
 function replenish(d: AdmissionDeps, key: KeyRecord, amount: bigint): void {
   const spares = d.spares;
-  if (!spares?.wants(key.id) || key.revokedAt || usageLimited(key) || !mayOverlap(d, key, amount)) return;
+  // A key with a per-minute usage limit gets none: its admissions reserve under it, which a spare does not.
+  if (!spares?.wants(key.id) || key.revokedAt || hasUsageLimits(usageLimits(key)) || !mayOverlap(d, key, amount)) return;
   const { rpm, concurrency } = effectiveLimits(key, d);
   if (concurrency < SPARE_MIN_CONCURRENCY) return;
   const id = `spare/${base62(16)}`;
@@ -103,11 +104,6 @@ function replenish(d: AdmissionDeps, key: KeyRecord, amount: bigint): void {
   });
 }
 
-/** The key has a per-minute usage limit: its admissions reserve under it, which a spare does not. */
-function usageLimited(key: KeyRecord): boolean {
-  const u = usageLimits(key);
-  return u.tpm !== null || u.charsPerMin !== null || u.audioSecsPerMin !== null;
-}
 
 export function effectiveLimits(key: KeyRecord, d: { defaultRpm: number; defaultConcurrency: number }): { rpm: number; concurrency: number } {
   return { rpm: key.rpmLimit ?? d.defaultRpm, concurrency: key.concurrencyLimit ?? d.defaultConcurrency };

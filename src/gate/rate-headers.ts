@@ -10,6 +10,11 @@ export function usageLimits(key: KeyRecord): UsageLimits {
   return { tpm: key.tpmLimit ?? null, charsPerMin: key.charsPerMinLimit ?? null, audioSecsPerMin: key.audioSecsPerMinLimit ?? null };
 }
 
+/** Whether any per-minute usage limit is set. */
+export function hasUsageLimits(l: UsageLimits): boolean {
+  return l.tpm !== null || l.charsPerMin !== null || l.audioSecsPerMin !== null;
+}
+
 /** How much of each dimension a usage (or a worst case) is: every token, the characters, the audio milliseconds. */
 function amounts(u: Units): Record<QuotaDim, number> {
   return {
@@ -21,7 +26,7 @@ function amounts(u: Units): Record<QuotaDim, number> {
 
 /** The limits a request reserves under: each limit the key has, for which its worst case is above zero. */
 export function quotaAsks(l: UsageLimits, worst: Units | undefined): QuotaAsk[] {
-  if (!worst || (l.tpm === null && l.charsPerMin === null && l.audioSecsPerMin === null)) return [];
+  if (!worst || !hasUsageLimits(l)) return [];
   const n = amounts(worst);
   const out: QuotaAsk[] = [];
   if (l.tpm !== null && n.t > 0) out.push({ dim: 't', limit: l.tpm, need: Math.ceil(n.t) });

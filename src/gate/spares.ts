@@ -88,9 +88,6 @@ export class Spares {
     this.placing.set(keyId, p);
   }
 
-  /** Spares placed and not taken. */
-  get size(): number { return this.byKey.size; }
-
   /**
    * The limiter lost a connection or a call failed: no spare is taken until new ones are placed (each by
    * an admission that succeeded since), so requests meanwhile go to admission and fail closed (503) while
