@@ -91,6 +91,41 @@ test('one request at a time: each after the first takes the spare hold its prede
   await assertInvariants(assert, gw, account);
 });
 
+test('requests in flight together: each that ends places a spare, up to the key\'s depth (an eighth of its concurrency, so 4 at the default 32, 1 at 8), and as many that follow take one each with Redis paused', async (t) => {
+  const redis = await privateRedis(t);
+  const up = await upstream(t);
+  const gw = await gateway(t, redis, up);
+  const burst = (key, n) => Promise.all(Array.from({ length: n }, () => post(gw, key).then(async (r) => { await r.arrayBuffer(); return r.status; })));
+  const wide = await gw.account('10');
+  const narrow = await gw.account('10', { concurrency: 8 });
+  for (const a of [narrow, wide]) {
+    assert.equal((await post(gw, a.key)).status, 200); // the key seen: its next requests are far from every limit
+    await sleep(100);
+    assert.deepEqual(await burst(a.key, 6), [200, 200, 200, 200, 200, 200]);
+  }
+  await until('the pools', async () => (await held(redis.url, wide.account)).holds === 4 && (await held(redis.url, narrow.account)).holds === 1);
+  await sleep(200);
+  assert.equal((await held(redis.url, wide.account)).holds, 4, 'six ended together: four spares for a key allowed 32 in flight, no more');
+  assert.equal((await held(redis.url, narrow.account)).holds, 1, 'one for a key allowed 8');
+  // Redis paused: four requests of the wide key at once each take a spare, so the upstream has all four at once.
+  const c = new Redis(redis.url);
+  await c.call('CLIENT', 'PAUSE', '600', 'ALL');
+  c.disconnect();
+  const before = up.seen.length;
+  const sent = Date.now();
+  const four = burst(wide.key, 4);
+  await until('four upstream calls', async () => up.seen.length - before >= 4, 2_000);
+  const late = Math.max(...up.seen.slice(before, before + 4).map((s) => s.at - sent));
+  assert.ok(late < 300, `the upstream had all four ${late} ms after they were sent, Redis paused`);
+  assert.deepEqual(await four, [200, 200, 200, 200]);
+  // Every spare unused is given back 2 s later, and every request was billed once.
+  await until('every spare given back', async () => (await held(redis.url, wide.account)).holds === 0 && (await held(redis.url, narrow.account)).holds === 0, 8_000);
+  assert.equal(await balanceNano(gw, wide.account), dollarsToNano('10') - 11n * EACH);
+  assert.equal(await balanceNano(gw, narrow.account), dollarsToNano('10') - 7n * EACH);
+  await assertInvariants(assert, gw, wide.account);
+  await assertInvariants(assert, gw, narrow.account);
+});
+
 test('a spare admits only what it covers, under the key\'s limits as they are: a larger request, or one after the key\'s rpm changed, is admitted by Redis; spare_holds false places none', async (t) => {
   const { redis, up, gw, key, account, prefix } = await withSpare(t, say({ max_tokens: 16 }));
   // Its worst case (16 tokens out) does not cover 1,000: Redis admits that one; the spare stays.

@@ -9,7 +9,7 @@ import type { Metrics } from '../observe/metrics.js';
 import type { Units } from '../ledger/pricing.js';
 import { goDuration, hasUsageLimits, quotaAsks, quotaUse, rateHeaders, retryHeaders, usageLimits } from './rate-headers.js';
 import type { LocalView } from './local-view.js';
-import { limitsOf, SPARE_MIN_CONCURRENCY, Spares, type Spare } from './spares.js';
+import { limitsOf, spareDepth, Spares, type Spare } from './spares.js';
 import { base62 } from '../store/ids.js';
 
 /** An admitted request's place in the limiter: its worst-case amount and its concurrency slot. */
@@ -77,14 +77,15 @@ export function makeSpares(d: Omit<AdmissionDeps, 'spares'>): Spares | undefined
 
 /**
  * After a request of `key` holding `amount` ends: when the key is still far from every limit (the local
- * view's rule, as for an early upstream call) and has no spare here, one is placed for its next request.
+ * view's rule, as for an early upstream call) and has fewer spares here than its depth (an eighth of its
+ * concurrency, at most 8), one is placed for a request to come.
  */
 function replenish(d: AdmissionDeps, key: KeyRecord, amount: bigint): void {
   const spares = d.spares;
-  // A key with a per-minute usage limit gets none: its admissions reserve under it, which a spare does not.
-  if (!spares?.wants(key.id) || key.revokedAt || hasUsageLimits(usageLimits(key)) || !mayOverlap(d, key, amount)) return;
+  if (!spares) return;
   const { rpm, concurrency } = effectiveLimits(key, d);
-  if (concurrency < SPARE_MIN_CONCURRENCY) return;
+  // A key with a per-minute usage limit gets none: its admissions reserve under it, which a spare does not.
+  if (!spares.wants(key.id, spareDepth(concurrency)) || key.revokedAt || hasUsageLimits(usageLimits(key)) || !farFromLimits(d, key, amount)) return;
   const id = `spare/${base62(16)}`;
   spares.place(key.id, async () => {
     const { balance, spent } = await moneyState(d, key);
@@ -207,8 +208,13 @@ export function mayOverlap(d: AdmissionDeps, key: KeyRecord, amount: bigint, wor
     const { rpm, concurrency } = effectiveLimits(key, d);
     if (d.spares.fits(key.id, amount, limitsOf(key, rpm, concurrency))) return false;
   }
+  return farFromLimits(d, key, amount, worst);
+}
+
+/** The local view's rule (gate/local-view.ts) on what memory holds of the key and account: a first use is never far, and nothing is loaded here. */
+function farFromLimits(d: AdmissionDeps, key: KeyRecord, amount: bigint, worst?: Units): boolean {
+  if (!d.localView) return false;
   const period = ceilingPeriod(key);
-  // Only what memory holds: a first use is never overlapped, and nothing is loaded here.
   const money = d.cache.cachedMoney(key.accountId, key.id, period);
   if (!money) return false;
   const quotas = quotaAsks(usageLimits(key), worst).length;

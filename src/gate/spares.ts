@@ -9,12 +9,24 @@
 // A spare no request takes within SPARE_MS is dropped and its rpm token given back, so the key's bucket
 // is as if it had never been placed. A spare is a hold like any other: a `kill -9` leaves it to a takeover,
 // which drops it (there is nothing to bill), and a graceful close gives it back.
+//
+// A key may have a few spares here at once (its depth, `spareDepth`): a client with several requests in
+// flight ends several in one turn, and each end places one, so as many requests that follow take one. The
+// pool grows only by ends and shrinks by requests and by the 2 s expiry, so it follows what the key's
+// traffic on this instance needs, up to the depth.
 import type { KeyRecord } from '../store/keys.js';
 
 /** A spare nobody took within this long is given back. */
 export const SPARE_MS = 2_000;
 /** A key allowed fewer requests in flight than this gets no spare: one slot held ahead would be too large a share of it. */
 export const SPARE_MIN_CONCURRENCY = 8;
+/** At most this many spares per key and instance. */
+export const SPARE_MAX_DEPTH = 8;
+
+/** How many spares a key may have here at once: one per SPARE_MIN_CONCURRENCY of its concurrency (an eighth of it), at most SPARE_MAX_DEPTH; 0 below. */
+export function spareDepth(concurrency: number): number {
+  return Math.min(SPARE_MAX_DEPTH, Math.floor(concurrency / SPARE_MIN_CONCURRENCY));
+}
 
 export interface Spare {
   readonly id: string;
@@ -35,10 +47,11 @@ export function limitsOf(key: KeyRecord, rpm: number, concurrency: number): stri
   return `${rpm}|${concurrency}|${key.spendLimit ?? ''}|${key.spendLimitPeriod ?? ''}`;
 }
 
-/** At most one spare per key on this instance: enough for a client that sends one request at a time. */
+/** Each key's spares on this instance, newest last, and how many are being placed. */
 export class Spares {
-  private readonly byKey = new Map<string, Spare>();
-  private readonly placing = new Map<string, Promise<void>>();
+  private readonly byKey = new Map<string, Spare[]>();
+  private readonly placing = new Map<string, number>();
+  private readonly pending = new Set<Promise<void>>();
   private readonly returning = new Set<Promise<void>>();
   private closed = false;
   readonly counts = { placed: 0, used: 0, returned: 0 };
@@ -46,46 +59,58 @@ export class Spares {
   /** `giveBack` drops a spare's hold and returns its rpm token; `freed` is told its slot is free here. */
   constructor(private readonly giveBack: (s: Spare) => Promise<void>, private readonly freed: (keyId: string) => void, private readonly ttlMs = SPARE_MS) {}
 
-  /** Whether a spare may be placed for the key now: none there or on its way, and not closing. */
-  wants(keyId: string): boolean {
-    return !this.closed && !this.byKey.has(keyId) && !this.placing.has(keyId);
+  /** Whether a spare may be placed for the key now: fewer than `depth` there and on their way, and not closing. */
+  wants(keyId: string, depth: number): boolean {
+    return !this.closed && (this.byKey.get(keyId)?.length ?? 0) + (this.placing.get(keyId) ?? 0) < depth;
   }
 
-  /** Whether the key's spare would admit a request of `amount` under `limits` (a request that will take it does not start early). */
+  /** Whether one of the key's spares would admit a request of `amount` under `limits` (a request that will take it does not start early). */
   fits(keyId: string, amount: bigint, limits: string): boolean {
-    const s = this.byKey.get(keyId);
-    return s !== undefined && s.amount >= amount && s.limits === limits;
+    const pool = this.byKey.get(keyId);
+    return pool !== undefined && pool.some((s) => s.amount >= amount && s.limits === limits);
   }
 
   /**
-   * The key's spare, out of the pool, when it covers `amount` under the key's limits as they are now.
-   * One admitted under limits since changed is given back (the change feed brought a new rpm, ceiling
-   * or concurrency: the next admission goes to Redis under them).
+   * The key's newest spare that covers `amount` under the key's limits as they are now, out of the pool
+   * (the oldest are the first to expire when the key needs fewer). Those admitted under limits since
+   * changed are given back (the change feed brought a new rpm, ceiling or concurrency: the next
+   * admission goes to Redis under them).
    */
   take(keyId: string, amount: bigint, limits: string): Spare | null {
-    const s = this.byKey.get(keyId);
-    if (!s) return null;
-    if (s.limits !== limits) { this.giveUp(s); return null; }
-    if (s.amount < amount) return null;
-    this.byKey.delete(keyId);
-    clearTimeout(s.timer);
+    const pool = this.byKey.get(keyId);
+    if (!pool) return null;
+    let found: Spare | null = null;
+    for (let i = pool.length - 1; i >= 0; i--) {
+      const s = pool[i]!;
+      if (s.limits !== limits) { this.giveUp(s); continue; }
+      if (found === null && s.amount >= amount) found = s;
+    }
+    if (!found) return null;
+    this.remove(found);
+    clearTimeout(found.timer);
     this.counts.used++;
-    return s;
+    return found;
   }
 
   /** Places a spare: `admit` resolves to it once admitted, or to null when refused (or failed). */
   place(keyId: string, admit: () => Promise<Spare | null>): void {
-    const p = admit().then((s) => {
-      this.placing.delete(keyId);
+    this.placing.set(keyId, (this.placing.get(keyId) ?? 0) + 1);
+    const done = (): void => {
+      const n = (this.placing.get(keyId) ?? 1) - 1;
+      if (n > 0) this.placing.set(keyId, n); else this.placing.delete(keyId);
+    };
+    const p: Promise<void> = admit().then((s) => {
+      done();
       if (!s) return;
       this.counts.placed++;
-      // Closing meanwhile, or one already there: given back at once.
-      if (this.closed || this.byKey.has(keyId)) { this.giveUp(s); return; }
-      this.byKey.set(keyId, s);
-      s.timer = setTimeout(() => { if (this.byKey.get(keyId) === s) this.giveUp(s); }, this.ttlMs);
+      // Closing meanwhile: given back at once.
+      if (this.closed) { this.giveUp(s, false); return; }
+      const pool = this.byKey.get(keyId);
+      if (pool) pool.push(s); else this.byKey.set(keyId, [s]);
+      s.timer = setTimeout(() => this.giveUp(s), this.ttlMs);
       s.timer.unref();
-    }, () => { this.placing.delete(keyId); });
-    this.placing.set(keyId, p);
+    }, done).finally(() => { this.pending.delete(p); });
+    this.pending.add(p);
   }
 
   /**
@@ -94,19 +119,30 @@ export class Spares {
    * it is unreachable. Each is given back (retried as a release if that fails too).
    */
   dropAll(): void {
-    for (const s of [...this.byKey.values()]) this.giveUp(s);
+    for (const pool of [...this.byKey.values()]) for (const s of [...pool]) this.giveUp(s);
   }
 
   /** Gives back every spare, and any still being placed, before the limiter closes. */
   async close(): Promise<void> {
     this.closed = true;
-    await Promise.all(this.placing.values());
-    for (const s of [...this.byKey.values()]) this.giveUp(s);
+    await Promise.all(this.pending);
+    this.dropAll();
     await Promise.all(this.returning);
   }
 
-  private giveUp(s: Spare): void {
-    if (this.byKey.get(s.keyId) === s) this.byKey.delete(s.keyId);
+  /** Out of its key's pool; false when it was no longer there. */
+  private remove(s: Spare): boolean {
+    const pool = this.byKey.get(s.keyId);
+    const i = pool ? pool.indexOf(s) : -1;
+    if (i < 0) return false;
+    pool!.splice(i, 1);
+    if (pool!.length === 0) this.byKey.delete(s.keyId);
+    return true;
+  }
+
+  /** `pooled`: it was put in its key's pool (not one admitted while closing), and is given back only if still there. */
+  private giveUp(s: Spare, pooled = true): void {
+    if (pooled && !this.remove(s)) return;
     clearTimeout(s.timer);
     this.counts.returned++;
     this.freed(s.keyId);
