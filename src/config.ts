@@ -119,7 +119,7 @@ export const ConfigSchema = Type.Object({
     max_body_bytes: Type.Integer({ minimum: 1024, default: 4 * 1024 * 1024 }),
     allow_overdraft: Type.Boolean({ default: false, description: 'admit a known cost on balance > 0 alone (one request may take the balance below zero)' }),
     overlap_admission: Type.Boolean({ default: true, description: 'with Redis: start the upstream call while admission places the hold when the request is far from every limit (abandoned unbilled if refused)' }),
-    spare_holds: Type.Boolean({ default: true, description: 'with Redis and overlap_admission: after a request of a key far from every limit, admit its next one on this instance in advance (one per request that ended, up to an eighth of the key\'s concurrency and at most 8 per key; each given back after 2 s unused)' }),
+    spare_holds: Type.Boolean({ default: true, description: 'with Redis and overlap_admission: after a request of a key far from every limit, admit its next one on this instance in advance (one per request that ended, or several in one call for a busy key, up to an eighth of the key\'s concurrency and at most 8 per key; each given back after 2 s unused)' }),
     upload_bytes: Type.Integer({ minimum: 1024, default: 25 * 1024 * 1024, description: 'the largest file an upload route takes (413 past it)' }),
     route_upload_bytes: Type.Record(Type.String({ minLength: 1 }), Type.Integer({ minimum: 1024 }), { default: {}, description: 'upload_bytes for one route, by its name (audio.transcriptions, …)' }),
     storage_bytes_per_account: Type.Integer({ minimum: 0, default: 5 * 1024 ** 3, description: 'bytes one account may keep stored: its files and its cloned voices\' samples (an upload past it is refused)' }),

@@ -13,7 +13,9 @@
 // A key may have a few spares here at once (its depth, `spareDepth`): a client with several requests in
 // flight ends several in one turn, and each end places one, so as many requests that follow take one. The
 // pool grows only by ends and shrinks by requests and by the 2 s expiry, so it follows what the key's
-// traffic on this instance needs, up to the depth.
+// traffic on this instance needs, up to the depth. A key whose spares are taken at least its depth times
+// a second is topped up to its depth in one go once half are gone: several spares in one admission call
+// (a turn's admissions of an account are one script call), and no call at most ends.
 import type { KeyRecord } from '../store/keys.js';
 
 /** A spare nobody took within this long is given back. */
@@ -47,21 +49,53 @@ export function limitsOf(key: KeyRecord, rpm: number, concurrency: number): stri
   return `${rpm}|${concurrency}|${key.spendLimit ?? ''}|${key.spendLimitPeriod ?? ''}`;
 }
 
-/** Each key's spares on this instance, newest last, and how many are being placed. */
+/** Each key's spares on this instance, oldest first, and how many are being placed. */
 export class Spares {
   private readonly byKey = new Map<string, Spare[]>();
   private readonly placing = new Map<string, number>();
   private readonly pending = new Set<Promise<void>>();
   private readonly returning = new Set<Promise<void>>();
+  /** Per key, spares taken in the second that began `at`, and in the second before it. */
+  private readonly pace = new Map<string, { at: number; n: number; last: number }>();
   private closed = false;
   readonly counts = { placed: 0, used: 0, returned: 0 };
 
   /** `giveBack` drops a spare's hold and returns its rpm token; `freed` is told its slot is free here. */
-  constructor(private readonly giveBack: (s: Spare) => Promise<void>, private readonly freed: (keyId: string) => void, private readonly ttlMs = SPARE_MS) {}
+  constructor(private readonly giveBack: (s: Spare) => Promise<void>, private readonly freed: (keyId: string) => void, private readonly ttlMs = SPARE_MS,
+    private readonly now: () => number = Date.now) {}
 
-  /** Whether a spare may be placed for the key now: fewer than `depth` there and on their way, and not closing. */
-  wants(keyId: string, depth: number): boolean {
-    return !this.closed && (this.byKey.get(keyId)?.length ?? 0) + (this.placing.get(keyId) ?? 0) < depth;
+  /**
+   * How many spares to place for the key now, below `depth` with those there and on their way, none when
+   * closing. One per request that ended; but a key whose spares here are taken at least `depth` times a
+   * second is topped up to its depth in one go once half are gone, so that one admission call (a turn's
+   * admissions of an account go as one) places several and most ends place none.
+   */
+  wanted(keyId: string, depth: number): number {
+    if (this.closed) return 0;
+    const have = (this.byKey.get(keyId)?.length ?? 0) + (this.placing.get(keyId) ?? 0);
+    if (have >= depth) return 0;
+    if (depth >= 2 && this.perSecond(keyId) >= depth) return have * 2 <= depth ? depth - have : 0;
+    return 1;
+  }
+
+  /** Spares of the key taken here in the last whole second, or in this one if more. */
+  private perSecond(keyId: string): number {
+    const p = this.pace.get(keyId);
+    if (!p) return 0;
+    const age = this.now() - p.at;
+    return age >= 2_000 ? 0 : age >= 1_000 ? p.n : Math.max(p.n, p.last);
+  }
+
+  private took(keyId: string): void {
+    const now = this.now();
+    const p = this.pace.get(keyId);
+    if (!p) {
+      if (this.pace.size >= 50_000) this.pace.clear(); // bounded: a pace forgotten only places one at a time
+      this.pace.set(keyId, { at: now, n: 1, last: 0 });
+      return;
+    }
+    if (now - p.at >= 1_000) { p.last = now - p.at < 2_000 ? p.n : 0; p.n = 0; p.at = now; }
+    p.n++;
   }
 
   /** Whether one of the key's spares would admit a request of `amount` under `limits` (a request that will take it does not start early). */
@@ -71,17 +105,16 @@ export class Spares {
   }
 
   /**
-   * The key's newest spare that covers `amount` under the key's limits as they are now, out of the pool
-   * (the oldest are the first to expire when the key needs fewer). Those admitted under limits since
-   * changed are given back (the change feed brought a new rpm, ceiling or concurrency: the next
+   * The key's oldest spare that covers `amount` under the key's limits as they are now, out of the pool
+   * (so a key topped up several at a time uses each well within its 2 s). Those admitted under limits
+   * since changed are given back (the change feed brought a new rpm, ceiling or concurrency: the next
    * admission goes to Redis under them).
    */
   take(keyId: string, amount: bigint, limits: string): Spare | null {
     const pool = this.byKey.get(keyId);
     if (!pool) return null;
     let found: Spare | null = null;
-    for (let i = pool.length - 1; i >= 0; i--) {
-      const s = pool[i]!;
+    for (const s of [...pool]) {
       if (s.limits !== limits) { this.giveUp(s); continue; }
       if (found === null && s.amount >= amount) found = s;
     }
@@ -89,6 +122,7 @@ export class Spares {
     this.remove(found);
     clearTimeout(found.timer);
     this.counts.used++;
+    this.took(keyId);
     return found;
   }
 
