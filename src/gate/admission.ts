@@ -86,7 +86,7 @@ function replenish(d: AdmissionDeps, key: KeyRecord, amount: bigint): void {
   const { rpm, concurrency } = effectiveLimits(key, d);
   const n = spares.wanted(key.id, spareDepth(concurrency));
   // A key with a per-minute usage limit gets none: its admissions reserve under it, which a spare does not.
-  if (n === 0 || key.revokedAt || hasUsageLimits(usageLimits(key)) || !farFromLimits(d, key, amount)) return;
+  if (n === 0 || key.revokedAt || hasUsageLimits(usageLimits(key)) || !farFromLimits(d, key, amount, concurrency)) return;
   // Several placed in one turn go to Redis as one call.
   for (let i = 0; i < n; i++) spares.place(key.id, () => placeSpare(d, key, amount, rpm, concurrency));
 }
@@ -206,22 +206,23 @@ async function moneyState(d: AdmissionDeps, key: KeyRecord) {
  */
 export function mayOverlap(d: AdmissionDeps, key: KeyRecord, amount: bigint, worst?: Units): boolean {
   if (!d.localView) return false;
+  const { rpm, concurrency } = effectiveLimits(key, d);
   // A spare will admit it at once: nothing to overlap.
-  if (d.spares) {
-    const { rpm, concurrency } = effectiveLimits(key, d);
-    if (d.spares.fits(key.id, amount, limitsOf(key, rpm, concurrency))) return false;
-  }
-  return farFromLimits(d, key, amount, worst);
+  if (d.spares?.fits(key.id, amount, limitsOf(key, rpm, concurrency))) return false;
+  return farFromLimits(d, key, amount, concurrency, worst);
 }
 
-/** The local view's rule (gate/local-view.ts) on what memory holds of the key and account: a first use is never far, and nothing is loaded here. */
-function farFromLimits(d: AdmissionDeps, key: KeyRecord, amount: bigint, worst?: Units): boolean {
+/**
+ * The local view's rule (gate/local-view.ts) on what memory holds of the key and account, under the key's
+ * effective `concurrency`: a first use is never far, and nothing is loaded here.
+ */
+function farFromLimits(d: AdmissionDeps, key: KeyRecord, amount: bigint, concurrency: number, worst?: Units): boolean {
   if (!d.localView) return false;
   const period = ceilingPeriod(key);
   const money = d.cache.cachedMoney(key.accountId, key.id, period);
   if (!money) return false;
   const quotas = quotaAsks(usageLimits(key), worst).length;
-  return d.localView.far(key, amount, money.balance, money.spent, effectiveLimits(key, d).concurrency, quotas);
+  return d.localView.far(key, amount, money.balance, money.spent, concurrency, quotas);
 }
 
 /**

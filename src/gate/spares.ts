@@ -114,10 +114,12 @@ export class Spares {
     const pool = this.byKey.get(keyId);
     if (!pool) return null;
     let found: Spare | null = null;
-    for (const s of [...pool]) {
-      if (s.limits !== limits) { this.giveUp(s); continue; }
-      if (found === null && s.amount >= amount) found = s;
+    let stale: Spare[] | null = null;
+    for (const s of pool) {
+      if (s.limits !== limits) (stale ??= []).push(s);
+      else if (found === null && s.amount >= amount) found = s;
     }
+    if (stale) for (const s of stale) this.giveUp(s);
     if (!found) return null;
     this.remove(found);
     clearTimeout(found.timer);
