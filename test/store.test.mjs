@@ -106,6 +106,44 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.equal(tt.balance, tt.sum);
   });
 
+  test(`within the pace, debits wait for the next one after it (a response's end), not for a timer mid-request; a trickle's last waits at most one pace more; a reader waiting for the ledger hurries it (${name})`, async (t) => {
+    const db = await open(t);
+    const s = new Settler(db, quiet, 200);
+    const acct = await createAccount(db, `w${name}@example.com`);
+    await s.submit({ idemKey: 'c', nonce: 'c', accountId: acct.id, keyId: null, kind: 'credit', amount: 1_000_000n, reason: 'top-up' });
+    const debit = (i) => ({ idemKey: `w${i}`, nonce: `w${i}`, accountId: acct.id, keyId: null, kind: 'debit', amount: 1000n, reason: 'chat' });
+    const first = s.submit(debit(0));
+    // Past the pace with nothing else submitted: no commit started at the pace's end.
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(s.commits, 1, 'the paced debit was committed by a timer at the pace, not with the next debit');
+    // The next debit starts the commit in its own turn, with the one waiting.
+    const t0 = performance.now();
+    const second = s.submit(debit(1));
+    // pending: the debits queued, plus one while a commit runs (2 before it starts, 1 or 0 once it has).
+    // It starts a millisecond on, once the response that submitted the debit is out (Settler.schedule).
+    await new Promise((r) => setTimeout(r, 20));
+    assert.ok(s.pending <= 1, 'the commit did not start right after the debit after the pace');
+    await Promise.all([first, second]);
+    assert.ok(performance.now() - t0 < 150, 'the commit waited for a timer');
+    assert.equal(s.commits, 2, 'the two debits went in one commit');
+    // A trickle's last debit: nothing follows it, so it lands by the fallback, within two paces of the last start.
+    const t1 = performance.now();
+    await s.submit(debit(2));
+    const waited = performance.now() - t1;
+    assert.ok(waited >= 150 && waited < 600, `the last debit of a trickle landed after ${waited.toFixed(0)} ms`);
+    assert.equal(s.commits, 3);
+    // A reader waiting for the ledger (Committer.settled, as key inspection does) hurries the waiting debit: no pace.
+    const fourth = s.submit(debit(3));
+    s.hurry();
+    const hurried = await new Promise((r) => setImmediate(() => setImmediate(() => r(s.pending))));
+    assert.equal(hurried, 1, 'a hurried commit waited for the pace');
+    await fourth;
+    assert.equal(s.commits, 4);
+    const tt = await totals(db, acct.id);
+    assert.equal(tt.balance, 1_000_000n - 4000n);
+    assert.equal(tt.balance, tt.sum);
+  });
+
   test(`the pace never caps throughput: full batches waiting commit at once, without waiting out the pace (${name})`, async (t) => {
     const db = await open(t);
     const s = new Settler(db, quiet, 5_000);

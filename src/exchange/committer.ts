@@ -61,6 +61,7 @@ export class Committer {
    */
   settled(accountId: string, maxMs = 100): Promise<void> {
     if (!this.byAccount.has(accountId)) return Promise.resolve();
+    this.settler.hurry();
     return new Promise((resolve) => {
       const timer = setTimeout(resolve, maxMs);
       const list = this.waiters.get(accountId) ?? [];

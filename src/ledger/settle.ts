@@ -64,6 +64,8 @@ export function isEntryError(e: unknown): boolean {
 }
 
 const MAX_BATCH = 512;
+/** How long after the debit that makes a paced commit due it starts (Settler.schedule). */
+const AFTER_RESPONSE_MS = 1;
 
 export class Settler {
   private queue: Pending[] = [];
@@ -74,6 +76,8 @@ export class Settler {
 
   private lastStart = -Infinity;
   private timer: NodeJS.Timeout | undefined;
+  /** A reader waits for the queued debits (hurry): the next commit does not wait for the pace. */
+  private urgent = false;
 
   /** `paceMs`: the least time between the starts of two group commits (see schedule). */
   constructor(private readonly db: Db, private readonly listener: SettleListener, private readonly paceMs = 0) {}
@@ -94,28 +98,53 @@ export class Settler {
   }
 
   /**
-   * A group commit starts on the next turn when none started in the last `paceMs`, else once `paceMs`
-   * have passed since the last one: under load every turn's debits go together anyway, and one request
-   * at a time no longer costs a PostgreSQL round trip each (its wake-ups cost the next request CPU and
-   * time on a 2-core machine: docs/benchmarks.md, "The sequential p99"). A full batch waiting is not held
-   * back: the pace is for a trickle, never a cap on throughput. No response waits on a commit; the ledger
-   * lags by at most `paceMs` more.
+   * A group commit starts on the next turn when none started in the last `paceMs`: under load every
+   * turn's debits go together anyway, and one request at a time no longer costs a PostgreSQL round trip
+   * each (its wake-ups cost the next request CPU and time on a 2-core machine: docs/benchmarks.md, "The
+   * sequential p99"). Within the pace, the debits wait for the first one submitted after it, and the commit
+   * starts a millisecond after that one, once its response has reached the client: in the pause before a
+   * lone client's next request, not at a timer's moment in the middle of one (docs/benchmarks.md, "Commits
+   * after a response"); a trickle's last debit waits at most one pace more (a timer). A full batch waiting is not held back: the pace is for a trickle, never a cap
+   * on throughput. No response waits on a commit; the ledger lags by at most two paces.
    */
   private schedule(): void {
-    if (this.flushing) return;
-    const full = this.queue.length >= MAX_BATCH;
-    if (this.scheduled && !(full && this.timer)) return;
-    if (this.timer) { clearTimeout(this.timer); this.timer = undefined; }
-    this.scheduled = true;
-    const run = () => { this.scheduled = false; this.timer = undefined; void this.flush(); };
-    const wait = full ? 0 : this.lastStart + this.paceMs - performance.now();
-    if (wait > 0) this.timer = setTimeout(run, wait);
-    else setImmediate(run);
+    if (this.flushing || this.queue.length === 0) return;
+    const wait = this.lastStart + this.paceMs - performance.now();
+    if (this.queue.length >= MAX_BATCH || wait <= 0 || this.urgent) {
+      if (this.timer) { clearTimeout(this.timer); this.timer = undefined; }
+      if (!this.scheduled) {
+        this.scheduled = true;
+        // A full batch or a reader waiting: the next turn. Otherwise a millisecond on, once the response
+        // that submitted this debit has reached its client (started at once, the commit's queries woke
+        // PostgreSQL while the client was still to read it, and delayed it on two cores).
+        if (this.queue.length >= MAX_BATCH || this.urgent) setImmediate(this.run);
+        else setTimeout(this.run, AFTER_RESPONSE_MS);
+      }
+      return;
+    }
+    if (!this.timer) this.timer = setTimeout(this.run, wait + this.paceMs);
   }
+
+  /**
+   * Starts the waiting group commit at once, pace or not: someone reads the ledger and waits for this
+   * instance's debits to land (Committer.settled), so they need not wait out the pace.
+   */
+  hurry(): void {
+    if (this.queue.length === 0) return;
+    this.urgent = true;
+    this.schedule();
+  }
+
+  private readonly run = (): void => {
+    this.scheduled = false;
+    if (this.timer) { clearTimeout(this.timer); this.timer = undefined; }
+    void this.flush();
+  };
 
   private async flush(): Promise<void> {
     if (this.flushing || this.queue.length === 0) return;
     this.flushing = true;
+    this.urgent = false;
     this.lastStart = performance.now();
     const batch = this.queue.splice(0, MAX_BATCH);
     try {
