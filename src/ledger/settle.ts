@@ -104,20 +104,22 @@ export class Settler {
    * sequential p99"). Within the pace, the debits wait for the first one submitted after it, and the commit
    * starts a millisecond after that one, once its response has reached the client: in the pause before a
    * lone client's next request, not at a timer's moment in the middle of one (docs/benchmarks.md, "Commits
-   * after a response"); a trickle's last debit waits at most one pace more (a timer). A full batch waiting is not held back: the pace is for a trickle, never a cap
-   * on throughput. No response waits on a commit; the ledger lags by at most two paces.
+   * after a response"); a trickle's last debit waits at most one pace more (a timer). A full batch waiting,
+   * or a reader waiting (hurry), starts one on the next turn: the pace is for a trickle, never a cap on
+   * throughput. No response waits on a commit; the ledger lags by at most two paces.
    */
   private schedule(): void {
     if (this.flushing || this.queue.length === 0) return;
+    const now = this.queue.length >= MAX_BATCH || this.urgent;
     const wait = this.lastStart + this.paceMs - performance.now();
-    if (this.queue.length >= MAX_BATCH || wait <= 0 || this.urgent) {
+    if (now || wait <= 0) {
       if (this.timer) { clearTimeout(this.timer); this.timer = undefined; }
       if (!this.scheduled) {
         this.scheduled = true;
-        // A full batch or a reader waiting: the next turn. Otherwise a millisecond on, once the response
-        // that submitted this debit has reached its client (started at once, the commit's queries woke
-        // PostgreSQL while the client was still to read it, and delayed it on two cores).
-        if (this.queue.length >= MAX_BATCH || this.urgent) setImmediate(this.run);
+        // Otherwise a millisecond on, once the response that submitted this debit has reached its client
+        // (started at once, the commit's queries woke PostgreSQL while the client was still to read it,
+        // and delayed it on two cores).
+        if (now) setImmediate(this.run);
         else setTimeout(this.run, AFTER_RESPONSE_MS);
       }
       return;
