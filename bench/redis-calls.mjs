@@ -2,7 +2,9 @@
 // the Redis limiter's admission, then its final settle, then the commit record, one request at a time.
 // Reads Redis's own accounting (INFO commandstats): script time per request, and the commands run inside
 // the scripts per request; and redis-server's CPU per request (/proc, when Redis runs on this machine).
-// `node bench/redis-calls.mjs [--dist DIR] [--requests N] [--ceiling] [--open K] [--rounds R]` (after npm run build).
+// `node bench/redis-calls.mjs [--dist DIR] [--requests N] [--ceiling] [--open K] [--rounds R] [--split]` (after npm run build).
+// --split: each round admits its N requests, then settles them, then commits them, and reports the script time of
+// one admission and of one settle apart (the settle is the call on a response's path).
 // --dist: another build's dist/ (an A/B: run it alternating with this one). --ceiling: the key has a spend ceiling.
 // --open K: K other holds of the account stay open throughout (requests of other clients in flight, as at
 // a steady rate; with none, the account's hold records are emptied by every settle and made again by the next admission).
@@ -20,6 +22,7 @@ const N = Number(opt('--requests', '5000'));
 const ROUNDS = Number(opt('--rounds', '2'));
 const CEILING = args.includes('--ceiling');
 const OPEN = Number(opt('--open', '0'));
+const SPLIT = args.includes('--split');
 const URL_ = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 
 const { RedisLimiter } = await import(pathToFileURL(join(DIST, 'gate/limits/redis.js')).href);
@@ -52,7 +55,36 @@ function stats(text) {
   return out;
 }
 
+const fcallUs = async () => {
+  const s = stats(await admin.info('commandstats'));
+  const ev = ['evalsha', 'fcall'].map((c) => s[c] ?? { calls: 0, usec: 0 }).reduce((a, b) => ({ calls: a.calls + b.calls, usec: a.usec + b.usec }));
+  return ev.usec / Math.max(1, ev.calls);
+};
+
+/** --split: a round's admissions, then its settles, each timed apart. */
+async function split(from) {
+  const ids = Array.from({ length: N }, (_, j) => `h${from + j}`);
+  await admin.config('RESETSTAT');
+  for (const id of ids) { const out = await admit(id); if (!out.ok) throw new Error(`refused: ${out.reason}`); }
+  const admitUs = await fcallUs();
+  await admin.config('RESETSTAT');
+  for (const id of ids) await limiter.settle(id, { id, accountId: 'acct', keyId: 'key', amount: 12_345n, entry: `{"idemKey":"${id}"}` }, true);
+  const settleUs = await fcallUs();
+  await limiter.committed('acct', ids, { balance: null, spends: [] });
+  return { admission_script_us: +admitUs.toFixed(2), settle_script_us: +settleUs.toFixed(2) };
+}
+
 for (let k = 0; k < OPEN; k++) await admit(`open${k}`);
+if (SPLIT) {
+  await split(0); // warm
+  const rounds = [];
+  for (let r = 0; r < ROUNDS; r++) rounds.push(await split((r + 1) * N));
+  console.log(JSON.stringify({ dist: DIST, requests: N, open: OPEN, split: true, rounds }));
+  await clearRedisPrefix(prefix, URL_);
+  await limiter.close();
+  admin.disconnect();
+  process.exit(0);
+}
 const redisPid = Number(/process_id:(\d+)/.exec(await admin.info('server'))?.[1] ?? 0);
 const rounds = [];
 let i = 0;

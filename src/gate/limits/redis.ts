@@ -262,76 +262,72 @@ local cnt = counters(sum)        -- total, a:<key>, n:<key>
 local buckets = {}               -- bucket key -> {t = text or false, ts = text or false, dirty}
 local bucketOrder = {}
 local placed, expiring = {}, {}  -- HSET holds / ZADD exp arguments
-local function bucket(rb)
-  local b = buckets[rb]
-  if not b then
-    local v = redis.call('HMGET', rb, 't', 'ts')
-    b = {t = v[1], ts = v[2]}
-    buckets[rb] = b
-    table.insert(bucketOrder, rb)
-  end
-  return b
-end
-local function setBucket(rb, tokens)
-  local b = bucket(rb)
-  b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
-end
-local function admit1(a)
-  local rid, kid, hold = ARGV[a], ARGV[a + 1], ARGV[a + 2]
-  local rpm, conc, withMoney = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]
-  local ttl = tonumber(ARGV[a + 13])
-  local rb = qbase(sum) .. ':rpm:' .. kid
-  if withMoney == '1' then
-    local m, left = money_on(S, cnt, kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
-    if m ~= 0 then return {m, string.format('%d', left)}, 0 end
-  end
-  local b = bucket(rb)
-  local rate = rpm / 60000
-  local tokens = tonumber(b.t) or rpm
-  local ts = tonumber(b.ts) or now
-  tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
-  local mineN = cnt:value('n:' .. kid)
-  if tokens < 1 then
-    setBucket(rb, tokens)
-    return {3, 0, math.ceil((rpm - tokens) / rate), math.ceil((1 - tokens) / rate)}, 0
-  end
-  if mineN >= conc then
-    setBucket(rb, tokens)
-    return {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}, 0
-  end
-  local qspec, qout = ARGV[a + 15], {}
-  if qspec ~= '' then
-    local qk = qbase(sum) .. ':q:' .. kid
-    for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
-      local limit, need = tonumber(l), tonumber(n)
-      local v = qlevel(qk, d, limit, now)
-      if v < need then
-        setBucket(rb, tokens)
-        return {5, d, math.floor(v), math.ceil((limit - v) * 60000 / limit), math.ceil((need - v) * 60000 / limit), math.floor(tokens), math.ceil((rpm - tokens) / rate)}, 0
-      end
-    end
-    for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
-      local limit = tonumber(l)
-      local v = qlevel(qk, d, limit, now) - tonumber(n)
-      qset(qk, d, limit, v, now)
-      table.insert(qout, d); table.insert(qout, math.floor(v)); table.insert(qout, math.ceil((limit - v) * 60000 / limit))
-    end
-    local resv = qbase(sum) .. ':resv'
-    redis.call('HSET', resv, rid, kid .. '|' .. qspec)
-  end
-  tokens = tokens - 1
-  setBucket(rb, tokens)
-  table.insert(placed, rid); table.insert(placed, kid .. '|' .. hold .. '|' .. owner)
-  table.insert(expiring, now + ttl); table.insert(expiring, rid)
-  cnt:add(kid, hold)
-  cnt:move('n:' .. kid, '1')
-  return {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}, ttl
-end
+-- Each request decided in turn. No function is defined per call (each would be a closure made on every
+-- call): a request's refusal leaves the repeat-until-true block by break, with its reply set.
 local out, longest = {}, 0
 for a = 2, #ARGV, ${ADMIT_ARGS} do
-  local reply, ttl = admit1(a)
+  local reply, held = nil, 0
+  repeat
+    local rid, kid, hold = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+    local rpm, conc, withMoney = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), ARGV[a + 5]
+    local ttl = tonumber(ARGV[a + 13])
+    local rb = qbase(sum) .. ':rpm:' .. kid
+    if withMoney == '1' then
+      local m, left = money_on(S, cnt, kid, ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9], ARGV[a + 10], ARGV[a + 11], ARGV[a + 12], hold, ARGV[a + 14])
+      if m ~= 0 then reply = {m, string.format('%d', left)}; break end
+    end
+    -- The key's request bucket, read once per call; a decision writes it back (dirty) with the call's writes.
+    local b = buckets[rb]
+    if not b then
+      local v = redis.call('HMGET', rb, 't', 'ts')
+      b = {t = v[1], ts = v[2]}
+      buckets[rb] = b
+      table.insert(bucketOrder, rb)
+    end
+    local rate = rpm / 60000
+    local tokens = tonumber(b.t) or rpm
+    local ts = tonumber(b.ts) or now
+    tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
+    local mineN = cnt:value('n:' .. kid)
+    if tokens < 1 then
+      b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
+      reply = {3, 0, math.ceil((rpm - tokens) / rate), math.ceil((1 - tokens) / rate)}; break
+    end
+    if mineN >= conc then
+      b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
+      reply = {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}; break
+    end
+    local qspec, qout = ARGV[a + 15], {}
+    if qspec ~= '' then
+      local qk = qbase(sum) .. ':q:' .. kid
+      for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+        local limit, need = tonumber(l), tonumber(n)
+        local v = qlevel(qk, d, limit, now)
+        if v < need then
+          reply = {5, d, math.floor(v), math.ceil((limit - v) * 60000 / limit), math.ceil((need - v) * 60000 / limit), math.floor(tokens), math.ceil((rpm - tokens) / rate)}
+          break -- the first dimension short: this for loop ends, then the request (below)
+        end
+      end
+      if reply then b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true; break end
+      for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
+        local limit = tonumber(l)
+        local v = qlevel(qk, d, limit, now) - tonumber(n)
+        qset(qk, d, limit, v, now)
+        table.insert(qout, d); table.insert(qout, math.floor(v)); table.insert(qout, math.ceil((limit - v) * 60000 / limit))
+      end
+      local resv = qbase(sum) .. ':resv'
+      redis.call('HSET', resv, rid, kid .. '|' .. qspec)
+    end
+    tokens = tokens - 1
+    b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
+    table.insert(placed, rid); table.insert(placed, kid .. '|' .. hold .. '|' .. owner)
+    table.insert(expiring, now + ttl); table.insert(expiring, rid)
+    cnt:add(kid, hold)
+    cnt:move('n:' .. kid, '1')
+    reply, held = {0, math.floor(tokens), math.ceil((rpm - tokens) / rate), unpack(qout)}, ttl
+  until true
   table.insert(out, reply)
-  if ttl > longest then longest = ttl end
+  if held > longest then longest = held end
 end
 -- The call's writes, each once.
 S:flush()
@@ -446,38 +442,40 @@ return #ARGV
 const SETTLE = `${LIB}
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
-local now = qnow()
+-- Redis's clock, read only by a debit that moves a usage bucket (most settle none).
+local now = nil
 -- The call's holds and debit records are read ahead in one HMGET each, its counters moved once each
 -- (counters), and its writes made once at the end: the script runs alone, so each debit sees what the
 -- ones before it in the call left, as if each were its own call. A usage reservation (resv) is read
--- only when the account has one: a settle never makes one.
+-- only when the account has one: a settle never makes one. No function is defined per call (each would
+-- be a closure made on every call): a final debit's drop() on the call's view is written out in the loop.
 local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
 local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
 local expGone, runGone, hids, dids = {}, {}, {}, {}
 for i = 2, #ARGV, 9 do table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1]) end
 H:load(hids)
 P:load(dids)
--- drop() on the call's view: frees hold r (its amount, its slot, its running record).
-local function dropc(r)
-  if hasResv then qrefund(sum, r) end
-  table.insert(expGone, r); table.insert(runGone, r)
-  local rec = H:get(r)
-  if not rec then return end
-  local k, amt = string.match(rec, '^([^|]*)|(%d+)')
-  cnt:add(k, neg(amt))
-  cnt:move('n:' .. k, '-1')
-  H:del(r)
-end
 for i = 2, #ARGV, 9 do
   local hid, did, k, amt = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not P:get(did) then
+    now = now or qnow()
     qmove(sum, k, ARGV[i + 8], 1, now)
     qresv(sum, hid, k, ARGV[i + 8], -1)
     hasResv = true
   end
   -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
   local prior = P:get(did)
-  if ARGV[i + 5] == '1' then dropc(hid)
+  if ARGV[i + 5] == '1' then
+    -- drop() on the call's view: frees the hold (its amount, its slot, its running record).
+    if hasResv then qrefund(sum, hid) end
+    table.insert(expGone, hid); table.insert(runGone, hid)
+    local rec = H:get(hid)
+    if rec then
+      local hk, hamt = string.match(rec, '^([^|]*)|(%d+)')
+      cnt:add(hk, neg(hamt))
+      cnt:move('n:' .. hk, '-1')
+      H:del(hid)
+    end
   elseif not prior then
     -- A part: the stretch of the hold it used (ARGV[i + 6]) comes off the hold, never below zero.
     local rec = H:get(hid)
@@ -491,7 +489,7 @@ for i = 2, #ARGV, 9 do
     end
   end
   -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
-  if not prior then qmove(sum, k, ARGV[i + 7], -1, now) end
+  if not prior and ARGV[i + 7] ~= '' then now = now or qnow(); qmove(sum, k, ARGV[i + 7], -1, now) end
   if prior then
     local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
     cnt:add(pk, neg(pa))
