@@ -36,12 +36,13 @@ const admit = (holdId) => limiter.admit({ holdId, accountId: 'acct', keyId: 'key
   balance: { amount: 10n ** 14n, version: 1n }, ceiling: CEILING ? 10n ** 13n : null,
   spent: { period: 'month', start: month, amount: 0n, version: 1n }, ttlMs: 60_000 });
 
+const debit = (holdId) => ({ id: holdId, accountId: 'acct', keyId: 'key', amount: 12_345n, entry: `{"idemKey":"${holdId}"}` });
+
 async function one(i) {
   const holdId = `h${i}`;
   const out = await admit(holdId);
   if (!out.ok) throw new Error(`refused: ${out.reason}`);
-  const d = { id: holdId, accountId: 'acct', keyId: 'key', amount: 12_345n, entry: `{"idemKey":"${holdId}"}` };
-  await limiter.settle(holdId, d, true);
+  await limiter.settle(holdId, debit(holdId), true);
   // Committed at once here (the gateway's group commit carries ~100 at a time: its share is small).
   if (i % 50 === 49) {
     const ids = Array.from({ length: 50 }, (_, j) => `h${i - j}`);
@@ -55,58 +56,57 @@ function stats(text) {
   return out;
 }
 
-const fcallUs = async () => {
-  const s = stats(await admin.info('commandstats'));
-  const ev = ['evalsha', 'fcall'].map((c) => s[c] ?? { calls: 0, usec: 0 }).reduce((a, b) => ({ calls: a.calls + b.calls, usec: a.usec + b.usec }));
+/** The script calls in commandstats: by FCALL where the Functions library is loaded, else by EVALSHA. */
+function scripts(s) {
+  return ['evalsha', 'fcall'].map((c) => s[c] ?? { calls: 0, usec: 0 }).reduce((a, b) => ({ calls: a.calls + b.calls, usec: a.usec + b.usec }));
+}
+
+/** Script time per call since the last RESETSTAT. */
+async function usPerCall() {
+  const ev = scripts(stats(await admin.info('commandstats')));
   return ev.usec / Math.max(1, ev.calls);
-};
+}
 
 /** --split: a round's admissions, then its settles, each timed apart. */
 async function split(from) {
   const ids = Array.from({ length: N }, (_, j) => `h${from + j}`);
   await admin.config('RESETSTAT');
   for (const id of ids) { const out = await admit(id); if (!out.ok) throw new Error(`refused: ${out.reason}`); }
-  const admitUs = await fcallUs();
+  const admitUs = await usPerCall();
   await admin.config('RESETSTAT');
-  for (const id of ids) await limiter.settle(id, { id, accountId: 'acct', keyId: 'key', amount: 12_345n, entry: `{"idemKey":"${id}"}` }, true);
-  const settleUs = await fcallUs();
+  for (const id of ids) await limiter.settle(id, debit(id), true);
+  const settleUs = await usPerCall();
   await limiter.committed('acct', ids, { balance: null, spends: [] });
   return { admission_script_us: +admitUs.toFixed(2), settle_script_us: +settleUs.toFixed(2) };
 }
 
 for (let k = 0; k < OPEN; k++) await admit(`open${k}`);
+const rounds = [];
 if (SPLIT) {
   await split(0); // warm
-  const rounds = [];
   for (let r = 0; r < ROUNDS; r++) rounds.push(await split((r + 1) * N));
-  console.log(JSON.stringify({ dist: DIST, requests: N, open: OPEN, split: true, rounds }));
-  await clearRedisPrefix(prefix, URL_);
-  await limiter.close();
-  admin.disconnect();
-  process.exit(0);
+} else {
+  const redisPid = Number(/process_id:(\d+)/.exec(await admin.info('server'))?.[1] ?? 0);
+  let i = 0;
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const end = i + 500; i < end; i++) await one(i); // warm
+    await admin.config('RESETSTAT');
+    const cpu0 = redisPid ? usage(redisPid).cpu : 0;
+    for (const end = i + N; i < end; i++) await one(i);
+    const cpu = redisPid ? usage(redisPid).cpu - cpu0 : NaN;
+    const s = stats(await admin.info('commandstats'));
+    const ev = scripts(s);
+    const inner = Object.entries(s).filter(([c]) => !['evalsha', 'fcall', 'eval', 'info', 'config|resetstat', 'sadd', 'ping'].includes(c) && !c.startsWith('function'));
+    rounds.push({
+      redis_us_per_request: +(ev.usec / N).toFixed(2),
+      redis_server_cpu_us_per_request: +(cpu * 1e6 / N).toFixed(1),
+      script_calls_per_request: +(ev.calls / N).toFixed(2),
+      inner_commands_per_request: +(inner.reduce((a, [, v]) => a + v.calls, 0) / N).toFixed(2),
+      by_command: Object.fromEntries(inner.map(([c, v]) => [c, +(v.calls / N).toFixed(2)]).sort((a, b) => b[1] - a[1])),
+    });
+  }
 }
-const redisPid = Number(/process_id:(\d+)/.exec(await admin.info('server'))?.[1] ?? 0);
-const rounds = [];
-let i = 0;
-for (let r = 0; r < ROUNDS; r++) {
-  for (const end = i + 500; i < end; i++) await one(i); // warm
-  await admin.config('RESETSTAT');
-  const cpu0 = redisPid ? usage(redisPid).cpu : 0;
-  for (const end = i + N; i < end; i++) await one(i);
-  const cpu = redisPid ? usage(redisPid).cpu - cpu0 : NaN;
-  const s = stats(await admin.info('commandstats'));
-  // The scripts go by FCALL where the Functions library is loaded, else by EVALSHA.
-  const ev = ['evalsha', 'fcall'].map((c) => s[c] ?? { calls: 0, usec: 0 }).reduce((a, b) => ({ calls: a.calls + b.calls, usec: a.usec + b.usec }));
-  const inner = Object.entries(s).filter(([c]) => !['evalsha', 'fcall', 'eval', 'info', 'config|resetstat', 'sadd', 'ping'].includes(c) && !c.startsWith('function'));
-  rounds.push({
-    redis_us_per_request: +(ev.usec / N).toFixed(2),
-    redis_server_cpu_us_per_request: +(cpu * 1e6 / N).toFixed(1),
-    script_calls_per_request: +(ev.calls / N).toFixed(2),
-    inner_commands_per_request: +(inner.reduce((a, [, v]) => a + v.calls, 0) / N).toFixed(2),
-    by_command: Object.fromEntries(inner.map(([c, v]) => [c, +(v.calls / N).toFixed(2)]).sort((a, b) => b[1] - a[1])),
-  });
-}
-console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, open: OPEN, rounds }));
+console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, open: OPEN, ...(SPLIT ? { split: true } : {}), rounds }));
 
 await clearRedisPrefix(prefix, URL_);
 await limiter.close();

@@ -110,16 +110,16 @@ export class Settler {
    */
   private schedule(): void {
     if (this.flushing || this.queue.length === 0) return;
-    const now = this.queue.length >= MAX_BATCH || this.urgent;
+    const nextTurn = this.queue.length >= MAX_BATCH || this.urgent;
     const wait = this.lastStart + this.paceMs - performance.now();
-    if (now || wait <= 0) {
+    if (nextTurn || wait <= 0) {
       if (this.timer) { clearTimeout(this.timer); this.timer = undefined; }
       if (!this.scheduled) {
         this.scheduled = true;
         // Otherwise a millisecond on, once the response that submitted this debit has reached its client
         // (started at once, the commit's queries woke PostgreSQL while the client was still to read it,
         // and delayed it on two cores).
-        if (now) setImmediate(this.run);
+        if (nextTurn) setImmediate(this.run);
         else setTimeout(this.run, AFTER_RESPONSE_MS);
       }
       return;

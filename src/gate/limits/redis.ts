@@ -218,6 +218,9 @@ local function money(sum, k, bal, bver, ceiling, field, start, spent, sver, need
   S:flush()
   return m, left
 end
+-- Admission's view of a key's request bucket ({t, ts} as Redis holds them, as text): a decision leaves it at
+-- tokens as of now, written back with the call's writes (dirty).
+local function setBucket(b, tokens, now) b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true end
 -- How long an account's hold records (holds, exp, run, resv) outlive the latest hold deadline in them: an
 -- hour, so a running record (a stream's output so far) of an owner that died is still there to be billed
 -- when an instance takes over or sweeps the hold, even after every instance was down for that long.
@@ -290,11 +293,11 @@ for a = 2, #ARGV, ${ADMIT_ARGS} do
     tokens = math.min(rpm, tokens + math.max(0, now - ts) * rate)
     local mineN = cnt:value('n:' .. kid)
     if tokens < 1 then
-      b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
+      setBucket(b, tokens, now)
       reply = {3, 0, math.ceil((rpm - tokens) / rate), math.ceil((1 - tokens) / rate)}; break
     end
     if mineN >= conc then
-      b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
+      setBucket(b, tokens, now)
       reply = {4, mineN, math.floor(tokens), math.ceil((rpm - tokens) / rate)}; break
     end
     local qspec, qout = ARGV[a + 15], {}
@@ -308,7 +311,7 @@ for a = 2, #ARGV, ${ADMIT_ARGS} do
           break -- the first dimension short: this for loop ends, then the request (below)
         end
       end
-      if reply then b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true; break end
+      if reply then setBucket(b, tokens, now); break end
       for d, l, n in string.gmatch(qspec, '(%a):(%d+):(%d+)') do
         local limit = tonumber(l)
         local v = qlevel(qk, d, limit, now) - tonumber(n)
@@ -319,7 +322,7 @@ for a = 2, #ARGV, ${ADMIT_ARGS} do
       redis.call('HSET', resv, rid, kid .. '|' .. qspec)
     end
     tokens = tokens - 1
-    b.t, b.ts, b.dirty = tostring(tokens), tostring(now), true
+    setBucket(b, tokens, now)
     table.insert(placed, rid); table.insert(placed, kid .. '|' .. hold .. '|' .. owner)
     table.insert(expiring, now + ttl); table.insert(expiring, rid)
     cnt:add(kid, hold)
