@@ -1,6 +1,6 @@
 // Benchmark plumbing: processes, /proc readings, autocannon and the fixed-rate load (bench/paced.mjs) as separate processes, a µs latency probe.
 import { spawn, execFileSync } from 'node:child_process';
-import { readFileSync, readdirSync } from 'node:fs';
+import { appendFileSync, readFileSync, readdirSync } from 'node:fs';
 import http from 'node:http';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,10 +15,13 @@ const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK']).toString().trim()) |
 export function start(name, cmd, args, { env = {}, ready, readyUrl, cwd = ROOT, timeoutMs = 60_000 } = {}) {
   const proc = spawn(cmd, args, { cwd, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let out = '';
+  // BENCH_LOGS=DIR: every process's whole output in DIR/<name>.log as well (e.g. a contender's --trace-gc).
+  const keep = process.env.BENCH_LOGS ? join(process.env.BENCH_LOGS, `${name.replace(/[^\w.-]/g, '_')}.log`) : null;
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${name} did not start:\n${out.slice(-3000)}`)), timeoutMs);
     const onData = (d) => {
       out += d;
+      if (keep) appendFileSync(keep, d);
       if (out.length > 200_000) out = out.slice(-100_000);
       const m = ready?.exec(out);
       if (m) { clearTimeout(timer); resolve({ name, proc, pid: proc.pid, match: m, log: () => out }); }
@@ -132,6 +135,22 @@ function jsonChild(script, args, what) {
       try { resolve(JSON.parse(out)); } catch { reject(new Error(`${what} failed (${code}): ${err.slice(-2000)}`)); }
     });
   });
+}
+
+/**
+ * Streams timed read by read (bench/stream-probe.mjs) in their own process, beside a load: returns a function
+ * that ends them (their current streams finish) and resolves with the probe's JSON.
+ */
+export function streamProbe(args) {
+  const p = spawn(process.execPath, [join(ROOT, 'bench/stream-probe.mjs'), ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  p.stdout.on('data', (d) => { out += d; });
+  p.stderr.on('data', (d) => { err += d; if (process.env.STALL_DEBUG) process.stderr.write(d); });
+  const done = new Promise((resolve, reject) => p.once('exit', (code) => {
+    try { resolve(JSON.parse(out)); } catch { reject(new Error(`stream probe failed (${code}): ${err.slice(-2000)}`)); }
+  }));
+  return () => { p.stdin.end(); return done; };
 }
 
 /**

@@ -68,15 +68,17 @@ const highestUnder = (c, ms) => {
   }
   return best === null ? (rated.length ? `< ${rated[0].rate}` : '–') : String(best);
 };
-const neutral = contenders.filter((c) => c !== 'direct' && rows.some((x) => x.contender === c && x.probe_us));
+const neutral = contenders.filter((c) => c !== 'direct' && rows.some((x) => x.contender === c && (x.probe_us || x.stream_probe)));
 if (neutral.length > 0) {
   out.push('');
   out.push(`Neutral view: added latency over direct one request at a time; the highest of the rates run (${rated.map((x) => x.rate).join(', ') || 'none'} QPS) at which`
-    + ' the contender kept up with added p99 under each bound; streams held (rounds × streams, failed share; stalls are not measured);'
+    + ' the contender kept up with added p99 under each bound; streams held (rounds × streams, failed share); inside the probe\'s streams'
+    + ' (bench/stream-probe.mjs, timed read by read, runs since 2026-11-28 13:00), the gap between two reads at p99 and at most, and the stalls'
+    + ' (gaps of a second or more) over the streams timed;'
     + ' CPU per request at max rate; peak RSS per open stream over idle:');
   out.push('');
-  out.push('| contender | added p50 / p99, sequential | p99 < 1 ms | < 5 ms | < 10 ms | < 50 ms | streams held | CPU µs / req at max | idle RSS | RSS per stream |');
-  out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+  out.push('| contender | added p50 / p99, sequential | p99 < 1 ms | < 5 ms | < 10 ms | < 50 ms | streams held | gap p99 / max in a stream | stalls | CPU µs / req at max | idle RSS | RSS per stream |');
+  out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
   for (const c of neutral) {
     const seq = addedAt('sequential, no load', c);
     const streams = rows.filter((x) => x.contender === c && /^\d+ streams$/.test(x.scenario));
@@ -86,8 +88,12 @@ if (neutral.length > 0) {
     const idle = r.idle_rss_mb[c];
     const perStream = peak && idle && n ? `${Math.round(((peak - idle) * 1024) / n)} KB` : '–';
     const max = rows.find((x) => x.scenario === 'chat max qps' && x.contender === c)?.cpu_us_per_req?.contender;
+    // Over every round: the worst round's gap p99, the longest gap, and the stalls over the streams timed.
+    const probed = streams.map((x) => x.stream_probe).filter(Boolean);
+    const gaps = probed.length ? `${Math.max(...probed.map((p) => p.gap_ms.p99 ?? 0))} ms / ${Math.max(...probed.map((p) => p.gap_ms.max ?? 0))} ms` : '–';
+    const stalls = probed.length ? `${probed.reduce((a, p) => a + p.stalls, 0)} in ${probed.reduce((a, p) => a + p.ok, 0)}` : '–';
     out.push(`| ${c} | ${seq ? `${us(seq.p50)} / ${us(seq.p99)}` : '–'} | ${highestUnder(c, 1)} | ${highestUnder(c, 5)} | ${highestUnder(c, 10)} | ${highestUnder(c, 50)}`
-      + ` | ${streams.length ? `${streams.length} × ${n}, ${pct(failed)} failed` : '–'} | ${max ?? '–'} | ${idle ? `${idle} MB` : '–'} | ${perStream} |`);
+      + ` | ${streams.length ? `${streams.length} × ${n}, ${pct(failed)} failed` : '–'} | ${gaps} | ${stalls} | ${max ?? '–'} | ${idle ? `${idle} MB` : '–'} | ${perStream} |`);
   }
 }
 console.log(out.join('\n'));

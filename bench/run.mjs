@@ -4,7 +4,7 @@ import { tmpdir, cpus, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
-import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, paced, probe, json } from './lib.mjs';
+import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, paced, probe, streamProbe, json } from './lib.mjs';
 
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
@@ -20,11 +20,13 @@ const GATEWAY_CLI = args.includes('--cli') ? resolve(args[args.indexOf('--cli') 
 const NODE_ARGS = args.includes('--node-args') ? args[args.indexOf('--node-args') + 1].split(/\s+/).filter(Boolean) : [];
 /** `--scenarios a,b`: run only these of seq, rates, max, streams, key (after the warm-up); all by default. */
 const SCENARIOS = args.includes('--scenarios') ? args[args.indexOf('--scenarios') + 1].split(',') : ['seq', 'rates', 'max', 'streams', 'key'];
+/** `--stream-loops N`: how many of the streams scenario's streams bench/stream-probe.mjs opens and times read by read. */
+const STREAM_LOOPS = args.includes('--stream-loops') ? Number(args[args.indexOf('--stream-loops') + 1]) : null;
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const PLAN = QUICK
-  ? { seqSecs: 2, rates: [1000], rateSecs: 2, sizingSecs: 1, maxSecs: 2, streams: 500, streamRounds: 1, keySecs: 2 }
-  : { seqSecs: 5, rates: [1000, 2000, 5000], rateSecs: 10, sizingSecs: 2, maxSecs: 10, streams: 9900, streamRounds: 3, keySecs: 8 };
+  ? { seqSecs: 2, rates: [1000], rateSecs: 2, sizingSecs: 1, maxSecs: 2, streams: 500, streamLoops: STREAM_LOOPS ?? 20, streamRounds: 1, keySecs: 2 }
+  : { seqSecs: 5, rates: [1000, 2000, 5000], rateSecs: 10, sizingSecs: 2, maxSecs: 10, streams: 9900, streamLoops: STREAM_LOOPS ?? 50, streamRounds: 3, keySecs: 8 };
 const IN_PER_M = 300_000_000n; // $0.30 per 1M input tokens, in nanodollars
 const OUT_PER_M = 2_500_000_000n;
 const CHAT = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hello, how are you today?' }], max_tokens: 16 });
@@ -177,7 +179,7 @@ function warnings(c) {
 }
 
 /** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
-async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs, probeBody, pid = c.pid, simPid, probeOnlySecs = 0 }) {
+async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs, probeBody, streamLoops = 0, pid = c.pid, simPid, probeOnlySecs = 0 }) {
   const warned = warnings(c);
   const before = usage(pid);
   const simBefore = simPid && simPid !== pid ? usage(simPid).cpu : null;
@@ -186,22 +188,25 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
   const stopRss = rssSampler(pid);
   const bal0 = c.kind === 'tollgate' ? await balance(c) : 0n;
   const stopProbe = probeBody ? probe(url, { headers: headers(c), body: probeBody, everyMs: probeOnlySecs ? 1 : 5 }) : null;
+  // Streams timed read by read beside the load (the streams scenario): gaps inside a stream, stalls.
+  const stopStreams = streamLoops ? streamProbe(['--url', url, '--loops', String(streamLoops), ...Object.entries(c.auth).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-b', body]) : null;
   // With probeOnlySecs there is no load: the probe's sequential requests alone, the latency floor.
   const ac = probeOnlySecs
     ? await new Promise((r) => setTimeout(() => r(NO_LOAD), probeOnlySecs * 1000))
     : pacedArgs ? await paced([...acArgs(c, body), ...pacedArgs, '--url', url])
       : await autocannon([...acArgs(c, body), ...extra, url]);
   const pr = stopProbe ? await stopProbe() : null;
+  const sp = stopStreams ? await stopStreams() : null;
   const peak = stopRss();
   const after = usage(pid);
   const shared1 = cpuByName(['redis-server', 'postgres']);
   const load1 = reapedChildrenCpu();
   const simAfter = simBefore === null ? null : usage(simPid).cpu;
-  const n = ac['2xx'] + (pr?.ok ?? 0);
+  const n = ac['2xx'] + (pr?.ok ?? 0) + (sp?.ok ?? 0);
   const out = {
     contender: c.name, scenario: label, requests: ac.requests.total, ok2xx: ac['2xx'], non2xx: ac.non2xx, errors: ac.errors, timeouts: ac.timeouts,
     qps: achievedQps(ac), duration_s: ac.duration ?? null, latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
-    ...(ac.late !== undefined ? { load_late: ac.late, load_dropped: ac.dropped } : {}), probe_us: pr, cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
+    ...(ac.late !== undefined ? { load_late: ac.late, load_dropped: ac.dropped } : {}), probe_us: pr, ...(sp ? { stream_probe: sp } : {}), cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
   };
   // Where the machine's CPU went, per request: the contender, the sim serving it, every Redis and
   // PostgreSQL process (only one contender runs load at a time; the idle ones' 400 ms change-feed polls
@@ -212,7 +217,7 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
     autocannon: probeOnlySecs ? null : per(load1 - load0) };
   out.error_rate = probeOnlySecs
     ? (pr.failed / Math.max(1, pr.ok + pr.failed))
-    : out.requests ? (out.non2xx + out.errors + out.timeouts) / (out.requests + out.errors) : 1;
+    : out.requests ? (out.non2xx + out.errors + out.timeouts + (sp?.failed ?? 0)) / (out.requests + out.errors + (sp ? sp.ok + sp.failed : 0)) : 1;
   if (out.error_rate > 0 && c.log) {
     // Failed requests: say why, as far as the gateway logged it.
     out.gateway_warnings = Object.fromEntries(Object.entries(warnings(c)).map(([k, n]) => [k, n - (warned[k] ?? 0)]).filter(([, n]) => n > 0));
@@ -226,7 +231,8 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
     if (!out.ledger.exact) { out.ledger_failure = true; log(`LEDGER MISMATCH on ${c.name} ${label}: debited ${delta}, expected ${unitCost * BigInt(n)}`); }
   }
   log(`${c.name.padEnd(18)} ${label.padEnd(22)} ${String(out.qps).padStart(6)} req/s  p50 ${out.latency_ms.p50}ms p99 ${out.latency_ms.p99}ms`
-    + `${pr ? `  probe p50 ${pr.p50?.toFixed(0)}µs p99 ${pr.p99?.toFixed(0)}µs` : ''}  cpu ${out.cpu_s_per_1k}s/1k  rss ${out.peak_rss_mb}MB  err ${(out.error_rate * 100).toFixed(2)}%`);
+    + `${pr ? `  probe p50 ${pr.p50?.toFixed(0)}µs p99 ${pr.p99?.toFixed(0)}µs` : ''}`
+    + `${sp ? `  probe streams ${sp.ok} (${sp.failed} failed), gap p99 ${sp.gap_ms.p99}ms max ${sp.gap_ms.max}ms, stalls ${sp.stalls}` : ''}  cpu ${out.cpu_s_per_1k}s/1k  rss ${out.peak_rss_mb}MB  err ${(out.error_rate * 100).toFixed(2)}%`);
   return out;
 }
 
@@ -300,8 +306,10 @@ async function main() {
       const body = JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel });
       // Portkey names the stream sim in its headers, not in a model id.
       if (c.streamAuth) c = { ...c, auth: c.streamAuth };
+      // PLAN.streamLoops of the streams are bench/stream-probe.mjs's, timed read by read; autocannon opens the rest.
+      const load = PLAN.streams - PLAN.streamLoops;
       return measure(c, `${PLAN.streams} streams`, { simPid: simB.pid, url: `${c.kind === 'direct' ? c.streamUrl : c.url}/v1/chat/completions`, body, unitCost: costs.get(c.name).stream,
-        pid: c.kind === 'direct' ? c.streamPid : c.pid, extra: ['-c', String(PLAN.streams), ...amount(c, PLAN.streams * 2, 30), '-t', '60'] });
+        pid: c.kind === 'direct' ? c.streamPid : c.pid, streamLoops: PLAN.streamLoops, extra: ['-c', String(load), ...amount(c, load * 2, 30), '-t', '60'] });
     });
   }
   const keyContenders = active.filter((c) => c.kind === 'tollgate' && !chatOnly(c) && SCENARIOS.includes('key'));
