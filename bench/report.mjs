@@ -73,7 +73,7 @@ if (neutral.length > 0) {
   out.push('');
   out.push(`Neutral view: added latency over direct one request at a time; the highest of the rates run (${rated.map((x) => x.rate).join(', ') || 'none'} QPS) at which`
     + ' the contender kept up with added p99 under each bound; streams held (rounds × streams, failed share); inside the probe\'s streams'
-    + ' (bench/stream-probe.mjs, timed read by read, runs since 2026-11-28 13:00), the gap between two reads at p99 and at most, and the stalls'
+    + ' (bench/stream-probe.mjs, timed read by read, runs since 2026-11-28 14:00), the gap between two reads at p99 and at most, and the stalls'
     + ' (gaps of a second or more) over the streams timed;'
     + ' CPU per request at max rate; peak RSS per open stream over idle:');
   out.push('');

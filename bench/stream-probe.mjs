@@ -1,7 +1,9 @@
 // Streams timed read by read, beside bench/run's streams scenario: what autocannon cannot see inside a stream
-// that completes. `--loops N` loops each open one stream at a time (keep-alive), back to back, until stdin
-// closes (bench/run closes it once the load is done), then let their current stream finish and print one
-// JSON line:
+// that completes. `--loops N` loops each open one stream at a time, back to back, until stdin closes (bench/run
+// closes it once the load is done), then let their current stream finish and print one JSON line. Each stream
+// on a connection of its own with `--fresh` (bench/run), so the probe's streams wait to be accepted as the
+// load's connections do; else on one keep-alive connection per loop.
+// The line:
 //   ok, failed            streams that ended 2xx with their last event, and the others;
 //   first_token_ms        from the request's start to the read that brings its first text (p50/p90/p99/max);
 //   gap_ms                between two reads of one stream's bytes from that read on (p50/p90/p99/max);
@@ -11,7 +13,9 @@
 // A read is one `data` event of the response: what a client's read loop gets, whatever SSE events it holds.
 // It runs in its own process so the harness's own work (reading /proc every 100 ms) is not timed as a gap.
 //
-// node bench/stream-probe.mjs --url URL --loops N [-H k=v ...] -b BODY
+// node bench/stream-probe.mjs --url URL --loops N [--fresh] [-H k=v ...] -b BODY
+// STALL_DEBUG=1 (here or on bench/run) prints each stall as it happens: after which read, and whether the read
+// it waited for carried the stream's end.
 import http from 'node:http';
 
 const STALL_MS = 1000;
@@ -19,14 +23,14 @@ const STALL_MS = 1000;
 const FIRST_TOKEN = /"content":"[^"]/;
 const args = process.argv.slice(2);
 const headers = {};
-let url = null; let loops = 10; let body = '';
+let url = null; let loops = 10; let fresh = false; let body = '';
 for (let i = 0; i < args.length; i++) {
   const a = args[i]; const v = args[i + 1];
-  if (a === '--url') { url = new URL(v); i++; } else if (a === '--loops') { loops = Number(v); i++; }
+  if (a === '--url') { url = new URL(v); i++; } else if (a === '--loops') { loops = Number(v); i++; } else if (a === '--fresh') fresh = true;
   else if (a === '-H') { const j = v.indexOf('='); headers[v.slice(0, j)] = v.slice(j + 1); i++; }
   else if (a === '-b') { body = v; i++; } else throw new Error(`unknown argument ${a}`);
 }
-if (!url || !(loops > 0)) throw new Error('usage: --url URL --loops N [-H k=v ...] -b BODY');
+if (!url || !(loops > 0)) throw new Error('usage: --url URL --loops N [--fresh] [-H k=v ...] -b BODY');
 
 const firstToken = [];
 const gaps = [];
@@ -81,7 +85,7 @@ function percentiles(values, qs) {
 }
 
 await Promise.all(Array.from({ length: loops }, async () => {
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const agent = new http.Agent({ keepAlive: !fresh, maxSockets: 1 });
   while (running) await stream(agent);
   agent.destroy();
 }));
