@@ -123,18 +123,25 @@ export function rssSampler(pid) {
   return () => { clearInterval(t); return peak; };
 }
 
+/**
+ * Runs a Node script of the bench in its own process: `done` resolves with the JSON it prints; `what` names it
+ * in an error. `stdin` 'pipe' lets the caller end it by closing its standard input.
+ */
+function jsonProcess(script, args, what, stdin = 'ignore') {
+  const proc = spawn(process.execPath, [join(ROOT, script), ...args], { stdio: [stdin, 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  proc.stdout.on('data', (d) => { out += d; });
+  proc.stderr.on('data', (d) => { err += d; });
+  const done = new Promise((resolve, reject) => proc.once('exit', (code) => {
+    try { resolve(JSON.parse(out)); } catch { reject(new Error(`${what} failed (${code}): ${err.slice(-2000)}`)); }
+  }));
+  return { proc, done };
+}
+
 /** Runs a Node script of the bench in its own process and returns the JSON it prints; `what` names it in an error. */
 function jsonChild(script, args, what) {
-  return new Promise((resolve, reject) => {
-    const p = spawn(process.execPath, [join(ROOT, script), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => { out += d; });
-    p.stderr.on('data', (d) => { err += d; });
-    p.once('exit', (code) => {
-      try { resolve(JSON.parse(out)); } catch { reject(new Error(`${what} failed (${code}): ${err.slice(-2000)}`)); }
-    });
-  });
+  return jsonProcess(script, args, what).done;
 }
 
 /**
@@ -142,15 +149,9 @@ function jsonChild(script, args, what) {
  * that ends them (their current streams finish) and resolves with the probe's JSON.
  */
 export function streamProbe(args) {
-  const p = spawn(process.execPath, [join(ROOT, 'bench/stream-probe.mjs'), ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  p.stdout.on('data', (d) => { out += d; });
-  p.stderr.on('data', (d) => { err += d; if (process.env.STALL_DEBUG) process.stderr.write(d); });
-  const done = new Promise((resolve, reject) => p.once('exit', (code) => {
-    try { resolve(JSON.parse(out)); } catch { reject(new Error(`stream probe failed (${code}): ${err.slice(-2000)}`)); }
-  }));
-  return () => { p.stdin.end(); return done; };
+  const { proc, done } = jsonProcess('bench/stream-probe.mjs', args, 'stream probe', 'pipe');
+  if (process.env.STALL_DEBUG) proc.stderr.on('data', (d) => process.stderr.write(d));
+  return () => { proc.stdin.end(); return done; };
 }
 
 /**

@@ -166,7 +166,9 @@ const achievedQps = (ac) => (ac.duration ? Math.round(ac.requests.total / ac.dur
 const NO_LOAD = { '2xx': 0, non2xx: 0, errors: 0, timeouts: 0, requests: { total: 0, average: 0 }, latency: { p50: null, p90: null, p99: null, max: null } };
 
 const headers = (c) => ({ ...c.auth, 'content-type': 'application/json' });
-const acArgs = (c, body) => ['-m', 'POST', ...Object.entries(headers(c)).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-b', body];
+/** Headers as the load tools take them: `-H name=value` each. */
+const hArgs = (h) => Object.entries(h).flatMap(([k, v]) => ['-H', `${k}=${v}`]);
+const acArgs = (c, body) => ['-m', 'POST', ...hArgs(headers(c)), '-b', body];
 
 /** The warnings and errors in a contender's log (the last 100 KB the harness keeps), counted by message and cause. */
 function warnings(c) {
@@ -191,7 +193,7 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
   // Streams timed read by read beside the load (the streams scenario): gaps inside a stream, stalls.
   // Each of the probe's streams on a new connection: on one kept alive, they were served while the load's
   // connections waited to be accepted (node:http: 23,000-35,000 probe streams in a round, and autocannon's timing out).
-  const stopStreams = streamLoops ? streamProbe(['--url', url, '--loops', String(streamLoops), '--fresh', ...Object.entries(c.auth).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-b', body]) : null;
+  const stopStreams = streamLoops ? streamProbe(['--url', url, '--loops', String(streamLoops), '--fresh', ...hArgs(c.auth), '-b', body]) : null;
   // With probeOnlySecs there is no load: the probe's sequential requests alone, the latency floor.
   const ac = probeOnlySecs
     ? await new Promise((r) => setTimeout(() => r(NO_LOAD), probeOnlySecs * 1000))
@@ -316,7 +318,7 @@ async function main() {
   }
   const keyContenders = active.filter((c) => c.kind === 'tollgate' && !chatOnly(c) && SCENARIOS.includes('key'));
   for (const c of keyContenders) {
-    const ac = await autocannon([...Object.entries(c.auth).flatMap(([k, v]) => ['-H', `${k}=${v}`]), '-c', '64', '-d', String(PLAN.keySecs), `${c.url}/svc/v1/key`]);
+    const ac = await autocannon([...hArgs(c.auth), '-c', '64', '-d', String(PLAN.keySecs), `${c.url}/svc/v1/key`]);
     results.push({ contender: c.name, scenario: 'GET /svc/v1/key max qps', qps: achievedQps(ac), latency_ms: { p50: ac.latency.p50, p99: ac.latency.p99 }, non2xx: ac.non2xx });
     log(`${c.name.padEnd(18)} GET /svc/v1/key          ${achievedQps(ac)} req/s`);
   }

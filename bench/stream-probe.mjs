@@ -5,9 +5,9 @@
 // load's connections do; else on one keep-alive connection per loop.
 // The line:
 //   ok, failed            streams that ended 2xx with their last event, and the others;
-//   first_token_ms        from the request's start to the read that brings its first text (p50/p90/p99/max);
-//   gap_ms                between two reads of one stream's bytes from that read on (p50/p90/p99/max);
-//   worst_gap_ms          each stream's longest gap (p50/p99/max over streams);
+//   first_token_ms        from the request's start to the read that brings its first text (n, p50/p90/p99/max);
+//   gap_ms                between two reads of one stream's bytes from that read on (n, p50/p90/p99/max);
+//   worst_gap_ms          each stream's longest gap (n, p50/p90/p99/max over streams);
 //   stalls                gaps of STALL_MS or more (a reader sees the text stop for a second), and the
 //                         streams that had one.
 // A read is one `data` event of the response: what a client's read loop gets, whatever SSE events it holds.
@@ -17,6 +17,7 @@
 // STALL_DEBUG=1 (here or on bench/run) prints each stall as it happens: after which read, and whether the read
 // it waited for carried the stream's end.
 import http from 'node:http';
+import { percentiles } from './lib.mjs';
 
 const STALL_MS = 1000;
 /** A chat chunk whose delta carries text (the first event of a stream carries the role and no text). */
@@ -78,10 +79,9 @@ function stream(agent) {
   });
 }
 
-function percentiles(values, qs) {
-  const v = Float64Array.from(values).sort();
-  const at = (q) => (v.length ? +v[Math.min(v.length - 1, Math.floor(q * v.length))].toFixed(1) : null);
-  return Object.fromEntries([...qs.map((q) => [`p${Math.round(q * 100)}`, at(q)]), ['max', v.length ? +v[v.length - 1].toFixed(1) : null]]);
+/** lib.mjs's percentiles (n, p50, p90, p99, max), in ms to a tenth. */
+function summary(values) {
+  return Object.fromEntries(Object.entries(percentiles(values)).map(([k, v]) => [k, k === 'n' || v === null ? v : +v.toFixed(1)]));
 }
 
 await Promise.all(Array.from({ length: loops }, async () => {
@@ -89,5 +89,5 @@ await Promise.all(Array.from({ length: loops }, async () => {
   while (running) await stream(agent);
   agent.destroy();
 }));
-process.stdout.write(`${JSON.stringify({ ok, failed, stall_ms: STALL_MS, first_token_ms: percentiles(firstToken, [0.5, 0.9, 0.99]),
-  gap_ms: percentiles(gaps, [0.5, 0.9, 0.99]), worst_gap_ms: percentiles(worst, [0.5, 0.99]), stalls, stalled_streams: stalledStreams })}\n`);
+process.stdout.write(`${JSON.stringify({ ok, failed, stall_ms: STALL_MS, first_token_ms: summary(firstToken),
+  gap_ms: summary(gaps), worst_gap_ms: summary(worst), stalls, stalled_streams: stalledStreams })}\n`);
