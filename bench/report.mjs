@@ -96,4 +96,25 @@ if (neutral.length > 0) {
       + ` | ${streams.length ? `${streams.length} × ${n}, ${pct(failed)} failed` : '–'} | ${gaps} | ${stalls} | ${max ?? '–'} | ${idle ? `${idle} MB` : '–'} | ${perStream} |`);
   }
 }
+
+// What the streams' peak RSS is made of (bench/heap-watch.cjs, runs since 2026-11-28 16:00): per round, V8's heap at most
+// and the most a major GC left live in it; the rest of the RSS is outside V8's heap (sockets, buffers, the binaries).
+const watched = rows.filter((x) => /^\d+ streams$/.test(x.scenario) && x.heap_watch);
+if (watched.length > 0) {
+  out.push('');
+  out.push('Peak RSS under the streams by part, per contender over its rounds (bench/heap-watch.cjs): V8\'s whole heap at most, the most a major GC'
+    + ' left live in it (per open stream: over the streams of a round), and the peak RSS less the heap at its most (what lies outside V8\'s heap):');
+  out.push('');
+  out.push('| contender | peak RSS | V8 heap at most | live after a major GC, at most | live per stream | RSS outside the heap | major GCs per round |');
+  out.push('|---|---:|---:|---:|---:|---:|---:|');
+  const span = (v) => { const lo = Math.min(...v); const hi = Math.max(...v); return lo === hi ? `${lo}` : `${lo}–${hi}`; };
+  for (const c of contenders) {
+    const w = watched.filter((x) => x.contender === c);
+    if (w.length === 0) continue;
+    const n = Number(/^(\d+)/.exec(w[0].scenario)[1]);
+    out.push(`| ${c} | ${span(w.map((x) => x.peak_rss_mb))} MB | ${span(w.map((x) => x.heap_watch.heap_max_mb))} MB | ${span(w.map((x) => x.heap_watch.live_max_mb))} MB`
+      + ` | ${span(w.map((x) => Math.round((x.heap_watch.live_max_mb * 1024) / n)))} KB | ${span(w.map((x) => Math.round(x.peak_rss_mb - x.heap_watch.heap_max_mb)))} MB`
+      + ` | ${span(w.map((x) => x.heap_watch.major_gcs))} |`);
+  }
+}
 console.log(out.join('\n'));

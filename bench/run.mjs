@@ -16,6 +16,8 @@ const PORTKEY = join(ROOT, 'bench/.portkey/node_modules/@portkey-ai/gateway/buil
 const CLI = join(ROOT, 'dist/cli.js');
 /** `--cli PATH`: the Tollgate contenders run another build's `dist/cli.js` (an A/B against main's build); `sim` and the floors stay on this one. */
 const GATEWAY_CLI = args.includes('--cli') ? resolve(args[args.indexOf('--cli') + 1]) : CLI;
+/** Preloaded into the gateway and the floor: a line after each major GC with the live heap, V8's heap and the RSS (bench/heap-watch.cjs). */
+const HEAP_WATCH = join(ROOT, 'bench/heap-watch.cjs');
 /** `--node-args "FLAGS"`: Node/V8 flags for the Tollgate contenders only (measuring a flag's effect). */
 const NODE_ARGS = args.includes('--node-args') ? args[args.indexOf('--node-args') + 1].split(/\s+/).filter(Boolean) : [];
 /** `--scenarios a,b`: run only these of seq, rates, max, streams, key (after the warm-up); all by default. */
@@ -79,7 +81,7 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1, frontend = 
   }
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
-  const p = await start(name, process.execPath, [...NODE_ARGS, GATEWAY_CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
+  const p = await start(name, process.execPath, [...NODE_ARGS, '--require', HEAP_WATCH, GATEWAY_CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(p);
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [GATEWAY_CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', `bench@${name}.local`, '--credit', '1000000');
@@ -133,7 +135,7 @@ async function portkey(simUrl, streamSimUrl) {
 
 /** The design's floor (bench/floor.mjs): the gateway's uWS front end and proxy adapter with nothing else on the path. */
 async function floor(name, simUrl, streamSimUrl, client) {
-  const p = await start(name, process.execPath, [join(ROOT, 'bench/floor.mjs'), simUrl, streamSimUrl],
+  const p = await start(name, process.execPath, ['--require', HEAP_WATCH, join(ROOT, 'bench/floor.mjs'), simUrl, streamSimUrl],
     { env: { FLOOR_CLIENT: client }, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(p);
   return { name, kind: 'floor', url: p.match[1], pid: p.pid, log: p.log, auth: {}, streamModel: 'sim-chat-stream' };
@@ -180,9 +182,26 @@ function warnings(c) {
   return counts;
 }
 
+/**
+ * What bench/heap-watch.cjs reported between `from` and `to` (ms): the major GCs, the most each left live and
+ * V8's whole heap at most (of any one process: two workers are not summed). Nothing for a contender without it.
+ */
+function heapWatched(c, from, to) {
+  if (!c.log) return {};
+  let gcs = 0; let live = 0; let heap = 0;
+  for (const m of c.log().matchAll(/^HEAPWATCH t=(\d+) live=(\d+) heap=(\d+)/gm)) {
+    const t = Number(m[1]);
+    if (t < from || t > to) continue;
+    gcs++; live = Math.max(live, Number(m[2])); heap = Math.max(heap, Number(m[3]));
+  }
+  const mb = (b) => +(b / 2 ** 20).toFixed(1);
+  return gcs ? { heap_watch: { major_gcs: gcs, live_max_mb: mb(live), heap_max_mb: mb(heap) } } : {};
+}
+
 /** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
 async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs, probeBody, streamLoops = 0, pid = c.pid, simPid, probeOnlySecs = 0 }) {
   const warned = warnings(c);
+  const t0 = Date.now();
   const before = usage(pid);
   const simBefore = simPid && simPid !== pid ? usage(simPid).cpu : null;
   const shared0 = cpuByName(['redis-server', 'postgres']);
@@ -210,7 +229,7 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
   const out = {
     contender: c.name, scenario: label, requests: ac.requests.total, ok2xx: ac['2xx'], non2xx: ac.non2xx, errors: ac.errors, timeouts: ac.timeouts,
     qps: achievedQps(ac), duration_s: ac.duration ?? null, latency_ms: { p50: ac.latency.p50, p90: ac.latency.p90, p99: ac.latency.p99, max: ac.latency.max },
-    ...(ac.late !== undefined ? { load_late: ac.late, load_dropped: ac.dropped } : {}), probe_us: pr, ...(sp ? { stream_probe: sp } : {}), cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
+    ...(ac.late !== undefined ? { load_late: ac.late, load_dropped: ac.dropped } : {}), probe_us: pr, ...(sp ? { stream_probe: sp } : {}), ...heapWatched(c, t0, Date.now()), cpu_s_per_1k: n ? +(((after.cpu - before.cpu) / n) * 1000).toFixed(3) : null, peak_rss_mb: +(peak / 2 ** 20).toFixed(1),
   };
   // Where the machine's CPU went, per request: the contender, the sim serving it, every Redis and
   // PostgreSQL process (only one contender runs load at a time; the idle ones' 400 ms change-feed polls
@@ -236,7 +255,7 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
   }
   log(`${c.name.padEnd(18)} ${label.padEnd(22)} ${String(out.qps).padStart(6)} req/s  p50 ${out.latency_ms.p50}ms p99 ${out.latency_ms.p99}ms`
     + `${pr ? `  probe p50 ${pr.p50?.toFixed(0)}µs p99 ${pr.p99?.toFixed(0)}µs` : ''}`
-    + `${sp ? `  probe streams ${sp.ok} (${sp.failed} failed), gap p99 ${sp.gap_ms.p99}ms max ${sp.gap_ms.max}ms, stalls ${sp.stalls}` : ''}  cpu ${out.cpu_s_per_1k}s/1k  rss ${out.peak_rss_mb}MB  err ${(out.error_rate * 100).toFixed(2)}%`);
+    + `${sp ? `  probe streams ${sp.ok} (${sp.failed} failed), gap p99 ${sp.gap_ms.p99}ms max ${sp.gap_ms.max}ms, stalls ${sp.stalls}` : ''}  cpu ${out.cpu_s_per_1k}s/1k  rss ${out.peak_rss_mb}MB${out.heap_watch ? ` (heap ${out.heap_watch.heap_max_mb}, live ${out.heap_watch.live_max_mb})` : ''}  err ${(out.error_rate * 100).toFixed(2)}%`);
   return out;
 }
 
