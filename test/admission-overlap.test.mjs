@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { startGateway, freshDatabase, bearer, chatBody, assertInvariants, priceNano, balanceNano, dollarsToNano } from './helpers/gateway.mjs';
+import { startGateway, freshDatabase, clearRedisPrefix, bearer, chatBody, assertInvariants, priceNano, balanceNano, dollarsToNano } from './helpers/gateway.mjs';
 import { privateRedis } from './helpers/stores.mjs';
 import { chatRecorder as upstream, RECORDER_TOKENS } from './helpers/stub-upstream.mjs';
 import { Redis } from '../node_modules/ioredis/built/index.js';
@@ -92,6 +92,7 @@ test('refused after its call started (another instance took the key\'s concurren
   const db = await freshDatabase();
   t.after(() => db.drop());
   const redisPrefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  t.after(() => clearRedisPrefix(redisPrefix)); // a shared prefix is the test's to clear, as in crash.test.mjs
   const o = { store: 'postgres', database: db, redis: true, redisPrefix, upstreams: { up: { base_url: up.url } }, models: MODELS };
   const a = await startGateway(t, o);
   const b = await startGateway(t, o);

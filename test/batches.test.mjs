@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { startGateway, freshDatabase, assertInvariants, priceNano, bearer, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
+import { startGateway, freshDatabase, clearRedisPrefix, assertInvariants, priceNano, bearer, TEST_MODELS, balanceNano } from './helpers/gateway.mjs';
 
 const FAST = { TOLLGATE_BATCH_POLL_MS: '50', TOLLGATE_BATCH_LEASE_MS: '1500' };
 
@@ -197,7 +197,9 @@ test('a batch past its window expires: lines not run get error lines (postgres)'
 test('kill -9 of a worker mid-batch: the other instance finishes it, every line run and billed exactly once (postgres, two instances)', async (t) => {
   const db = await freshDatabase();
   t.after(() => db.drop());
-  const opts = { store: 'postgres', database: db, redis: true, redisPrefix: `tgtest:batch${Date.now()}:`, env: FAST,
+  const redisPrefix = `tgtest:batch${Date.now()}:`;
+  t.after(() => clearRedisPrefix(redisPrefix)); // a shared prefix is the test's to clear, as in crash.test.mjs
+  const opts = { store: 'postgres', database: db, redis: true, redisPrefix, env: FAST,
     upstreams: { sim: { sim: { token_delay_ms: 5 } } }, batches: { concurrency: 4 } };
   const a = await startGateway(t, opts);
   const b = await startGateway(t, opts);
