@@ -2,7 +2,9 @@
 // with the heap it left live (outside the young generation), V8's whole heap and the process's RSS, so a run
 // can say what its peak RSS is made of (docs/benchmarks.md, "Peak RSS under 9,900 streams: what it is made
 // of"). A major GC is rare (tens in a streams round, about one a second at max rate); scavenges are not reported.
-//   HEAPWATCH t=<ms since epoch> live=<bytes> heap=<bytes> rss=<bytes>
+// The RSS outside V8's heap is told apart too: what V8 counts as external to it (Buffers and other ArrayBuffers'
+// memory, and what native code reported), and the RSS's file-backed pages (the binaries and libraries mapped).
+//   HEAPWATCH t=<ms since epoch> live=<bytes> heap=<bytes> rss=<bytes> ext=<bytes> file=<bytes>
 // With HEAP_WATCH_SAMPLE=FILE it also samples allocations (one in 16 KiB) and, at the first major GC that
 // leaves more than HEAP_WATCH_SAMPLE_MB (default 200) live, writes the samples still alive to FILE as a
 // .heapprofile: what the live heap at that moment was allocated by (bench/heap-sites.mjs reads it). `{pid}` in
@@ -10,7 +12,15 @@
 'use strict';
 const v8 = require('node:v8');
 const { PerformanceObserver, constants } = require('node:perf_hooks');
-const { writeFileSync } = require('node:fs');
+const { writeFileSync, readFileSync } = require('node:fs');
+
+/** The RSS's file-backed pages (`RssFile` in /proc/self/status), in bytes; 0 where there is no /proc. */
+function rssFile() {
+  try {
+    const m = /^RssFile:\s+(\d+) kB/m.exec(readFileSync('/proc/self/status', 'latin1'));
+    return m ? Number(m[1]) * 1024 : 0;
+  } catch { return 0; }
+}
 
 const sampleFile = process.env.HEAP_WATCH_SAMPLE?.replace('{pid}', String(process.pid));
 let session = null;
@@ -30,7 +40,8 @@ const observer = new PerformanceObserver((list) => {
     let live = 0;
     for (const sp of v8.getHeapSpaceStatistics()) if (!sp.space_name.startsWith('new_')) live += sp.space_used_size;
     const heap = v8.getHeapStatistics().total_heap_size;
-    process.stderr.write(`HEAPWATCH t=${Date.now()} live=${live} heap=${heap} rss=${process.memoryUsage.rss()}\n`);
+    const mem = process.memoryUsage();
+    process.stderr.write(`HEAPWATCH t=${Date.now()} live=${live} heap=${heap} rss=${mem.rss} ext=${mem.external} file=${rssFile()}\n`);
     if (session && live > sampleAbove) {
       const s = session;
       session = null;

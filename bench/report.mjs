@@ -103,18 +103,26 @@ const watched = rows.filter((x) => /^\d+ streams$/.test(x.scenario) && x.heap_wa
 if (watched.length > 0) {
   out.push('');
   out.push('Peak RSS under the streams by part, per contender over its rounds (bench/heap-watch.cjs): V8\'s whole heap at most, the most a major GC'
-    + ' left live in it (per open stream: over the streams of a round), and the peak RSS less the heap at its most (what lies outside V8\'s heap):');
+    + ' left live in it (per open stream: over the streams of a round), and the peak RSS less the heap at its most (what lies outside V8\'s heap);'
+    + ' since 2026-11-28 18:20, that outside part split at the major GC that saw the highest RSS: what V8 counts as external (Buffers, native reports),'
+    + ' the file-backed pages (binaries, libraries) and the rest (native allocations V8 does not count: sockets, the front end, V8\'s own off-heap memory, malloc\'s slack):');
   out.push('');
-  out.push('| contender | peak RSS | V8 heap at most | live after a major GC, at most | live per stream | RSS outside the heap | major GCs per round |');
-  out.push('|---|---:|---:|---:|---:|---:|---:|');
+  out.push('| contender | peak RSS | V8 heap at most | live after a major GC, at most | live per stream | RSS outside the heap | of it external / files / rest | major GCs per round |');
+  out.push('|---|---:|---:|---:|---:|---:|---:|---:|');
   const span = (v) => { const lo = Math.min(...v); const hi = Math.max(...v); return lo === hi ? `${lo}` : `${lo}–${hi}`; };
+  const split = (w) => {
+    const t = w.map((x) => x.heap_watch.at_top_rss).filter(Boolean);
+    if (t.length === 0) return '–';
+    const mb = (f) => span(t.map((x) => Math.round(f(x))));
+    return `${mb((x) => x.external_mb)} / ${mb((x) => x.file_mb)} / ${mb((x) => x.other_mb)} MB`;
+  };
   for (const c of contenders) {
     const w = watched.filter((x) => x.contender === c);
     if (w.length === 0) continue;
     const n = Number(/^(\d+)/.exec(w[0].scenario)[1]);
     out.push(`| ${c} | ${span(w.map((x) => x.peak_rss_mb))} MB | ${span(w.map((x) => x.heap_watch.heap_max_mb))} MB | ${span(w.map((x) => x.heap_watch.live_max_mb))} MB`
       + ` | ${span(w.map((x) => Math.round((x.heap_watch.live_max_mb * 1024) / n)))} KB | ${span(w.map((x) => Math.round(x.peak_rss_mb - x.heap_watch.heap_max_mb)))} MB`
-      + ` | ${span(w.map((x) => x.heap_watch.major_gcs))} |`);
+      + ` | ${split(w)} | ${span(w.map((x) => x.heap_watch.major_gcs))} |`);
   }
 }
 console.log(out.join('\n'));

@@ -184,18 +184,23 @@ function warnings(c) {
 
 /**
  * What bench/heap-watch.cjs reported between `from` and `to` (ms): the major GCs, the most each left live and
- * V8's whole heap at most (of any one process: two workers are not summed). Nothing for a contender without it.
+ * V8's whole heap at most (of any one process: two workers are not summed), and the split of the RSS at the
+ * major GC that found it highest: V8's heap, its external memory (Buffers, native reports) and the
+ * file-backed pages. Nothing for a contender without it.
  */
 function heapWatched(c, from, to) {
   if (!c.log) return {};
-  let gcs = 0; let live = 0; let heap = 0;
-  for (const m of c.log().matchAll(/^HEAPWATCH t=(\d+) live=(\d+) heap=(\d+)/gm)) {
+  let gcs = 0; let live = 0; let heap = 0; let top = null;
+  for (const m of c.log().matchAll(/^HEAPWATCH t=(\d+) live=(\d+) heap=(\d+) rss=(\d+)(?: ext=(\d+) file=(\d+))?/gm)) {
     const t = Number(m[1]);
     if (t < from || t > to) continue;
     gcs++; live = Math.max(live, Number(m[2])); heap = Math.max(heap, Number(m[3]));
+    if (m[5] !== undefined && (!top || Number(m[4]) > top.rss)) top = { rss: Number(m[4]), heap: Number(m[3]), ext: Number(m[5]), file: Number(m[6]) };
   }
   const mb = (b) => +(b / 2 ** 20).toFixed(1);
-  return gcs ? { heap_watch: { major_gcs: gcs, live_max_mb: mb(live), heap_max_mb: mb(heap) } } : {};
+  const split = top ? { at_top_rss: { rss_mb: mb(top.rss), heap_mb: mb(top.heap), external_mb: mb(top.ext), file_mb: mb(top.file),
+    other_mb: mb(top.rss - top.heap - top.ext - top.file) } } : {};
+  return gcs ? { heap_watch: { major_gcs: gcs, live_max_mb: mb(live), heap_max_mb: mb(heap), ...split } } : {};
 }
 
 /** Runs one load against a contender, with CPU, RSS, the latency probe and (Tollgate) the ledger check. */
@@ -255,7 +260,7 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
   }
   log(`${c.name.padEnd(18)} ${label.padEnd(22)} ${String(out.qps).padStart(6)} req/s  p50 ${out.latency_ms.p50}ms p99 ${out.latency_ms.p99}ms`
     + `${pr ? `  probe p50 ${pr.p50?.toFixed(0)}µs p99 ${pr.p99?.toFixed(0)}µs` : ''}`
-    + `${sp ? `  probe streams ${sp.ok} (${sp.failed} failed), gap p99 ${sp.gap_ms.p99}ms max ${sp.gap_ms.max}ms, stalls ${sp.stalls}` : ''}  cpu ${out.cpu_s_per_1k}s/1k  rss ${out.peak_rss_mb}MB${out.heap_watch ? ` (heap ${out.heap_watch.heap_max_mb}, live ${out.heap_watch.live_max_mb})` : ''}  err ${(out.error_rate * 100).toFixed(2)}%`);
+    + `${sp ? `  probe streams ${sp.ok} (${sp.failed} failed), gap p99 ${sp.gap_ms.p99}ms max ${sp.gap_ms.max}ms, stalls ${sp.stalls}` : ''}  cpu ${out.cpu_s_per_1k}s/1k  rss ${out.peak_rss_mb}MB${out.heap_watch ? ` (heap ${out.heap_watch.heap_max_mb}, live ${out.heap_watch.live_max_mb}${out.heap_watch.at_top_rss ? `; at the top RSS: heap ${out.heap_watch.at_top_rss.heap_mb}, external ${out.heap_watch.at_top_rss.external_mb}, files ${out.heap_watch.at_top_rss.file_mb}, other ${out.heap_watch.at_top_rss.other_mb}` : ''})` : ''}  err ${(out.error_rate * 100).toFixed(2)}%`);
   return out;
 }
 
