@@ -4,7 +4,9 @@
 // of"). A major GC is rare (tens in a streams round, about one a second at max rate); scavenges are not reported.
 // The RSS outside V8's heap is told apart too: what V8 counts as external to it (Buffers and other ArrayBuffers'
 // memory, and what native code reported), and the RSS's file-backed pages (the binaries and libraries mapped).
-//   HEAPWATCH t=<ms since epoch> live=<bytes> heap=<bytes> rss=<bytes> ext=<bytes> file=<bytes>
+// And V8's heap by space, each as the bytes it holds and the bytes in use in it (where the heap's slack is:
+// the young generation, old-space pages left part-used, large objects).
+//   HEAPWATCH t=<ms since epoch> live=<bytes> heap=<bytes> rss=<bytes> ext=<bytes> file=<bytes> spaces=<name>:<size>:<used>,...
 // With HEAP_WATCH_SAMPLE=FILE it also samples allocations (one in 16 KiB) and, at the first major GC that
 // leaves more than HEAP_WATCH_SAMPLE_MB (default 200) live, writes the samples still alive to FILE as a
 // .heapprofile: what the live heap at that moment was allocated by (bench/heap-sites.mjs reads it). `{pid}` in
@@ -38,10 +40,14 @@ const observer = new PerformanceObserver((list) => {
     // Read when the GC's notice reaches JavaScript, a moment after it ended: the young generation holds what was
     // allocated since, so "live" is the rest of the heap in use (the old generation, large objects, code).
     let live = 0;
-    for (const sp of v8.getHeapSpaceStatistics()) if (!sp.space_name.startsWith('new_')) live += sp.space_used_size;
+    let spaces = '';
+    for (const sp of v8.getHeapSpaceStatistics()) {
+      if (!sp.space_name.startsWith('new_')) live += sp.space_used_size;
+      if (sp.space_size > 0) spaces += `${spaces ? ',' : ''}${sp.space_name.replace(/_space$/, '')}:${sp.space_size}:${sp.space_used_size}`;
+    }
     const heap = v8.getHeapStatistics().total_heap_size;
     const mem = process.memoryUsage();
-    process.stderr.write(`HEAPWATCH t=${Date.now()} live=${live} heap=${heap} rss=${mem.rss} ext=${mem.external} file=${rssFile()}\n`);
+    process.stderr.write(`HEAPWATCH t=${Date.now()} live=${live} heap=${heap} rss=${mem.rss} ext=${mem.external} file=${rssFile()} spaces=${spaces}\n`);
     if (session && live > sampleAbove) {
       const s = session;
       session = null;

@@ -185,21 +185,26 @@ function warnings(c) {
 /**
  * What bench/heap-watch.cjs reported between `from` and `to` (ms): the major GCs, the most each left live and
  * V8's whole heap at most (of any one process: two workers are not summed), and the split of the RSS at the
- * major GC that found it highest: V8's heap, its external memory (Buffers, native reports) and the
- * file-backed pages. Nothing for a contender without it.
+ * major GC that found it highest: V8's heap (and its spaces, each held and in use), its external memory
+ * (Buffers, native reports) and the file-backed pages. Nothing for a contender without it.
  */
+/** `name:size:used,...` (bench/heap-watch.cjs) as { name: [size MB, used MB] }. */
+function spacesMb(text, mb) {
+  return Object.fromEntries(text.split(',').map((x) => { const [n, size, used] = x.split(':'); return [n, [mb(Number(size)), mb(Number(used))]]; }));
+}
+
 function heapWatched(c, from, to) {
   if (!c.log) return {};
   let gcs = 0; let live = 0; let heap = 0; let top = null;
-  for (const m of c.log().matchAll(/^HEAPWATCH t=(\d+) live=(\d+) heap=(\d+) rss=(\d+)(?: ext=(\d+) file=(\d+))?/gm)) {
+  for (const m of c.log().matchAll(/^HEAPWATCH t=(\d+) live=(\d+) heap=(\d+) rss=(\d+)(?: ext=(\d+) file=(\d+))?(?: spaces=(\S+))?/gm)) {
     const t = Number(m[1]);
     if (t < from || t > to) continue;
     gcs++; live = Math.max(live, Number(m[2])); heap = Math.max(heap, Number(m[3]));
-    if (m[5] !== undefined && (!top || Number(m[4]) > top.rss)) top = { rss: Number(m[4]), heap: Number(m[3]), ext: Number(m[5]), file: Number(m[6]) };
+    if (m[5] !== undefined && (!top || Number(m[4]) > top.rss)) top = { rss: Number(m[4]), heap: Number(m[3]), ext: Number(m[5]), file: Number(m[6]), spaces: m[7] };
   }
   const mb = (b) => +(b / 2 ** 20).toFixed(1);
   const split = top ? { at_top_rss: { rss_mb: mb(top.rss), heap_mb: mb(top.heap), external_mb: mb(top.ext), file_mb: mb(top.file),
-    other_mb: mb(top.rss - top.heap - top.ext - top.file) } } : {};
+    other_mb: mb(top.rss - top.heap - top.ext - top.file), ...(top.spaces ? { spaces_mb: spacesMb(top.spaces, mb) } : {}) } } : {};
   return gcs ? { heap_watch: { major_gcs: gcs, live_max_mb: mb(live), heap_max_mb: mb(heap), ...split } } : {};
 }
 
