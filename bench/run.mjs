@@ -182,17 +182,17 @@ function warnings(c) {
   return counts;
 }
 
+/** `name:size:used,...` (bench/heap-watch.cjs) as { name: [size MB, used MB] }. */
+function spacesMb(text, mb) {
+  return Object.fromEntries(text.split(',').map((x) => { const [n, size, used] = x.split(':'); return [n, [mb(Number(size)), mb(Number(used))]]; }));
+}
+
 /**
  * What bench/heap-watch.cjs reported between `from` and `to` (ms): the major GCs, the most each left live and
  * V8's whole heap at most (of any one process: two workers are not summed), and the split of the RSS at the
  * major GC that found it highest: V8's heap (and its spaces, each held and in use), its external memory
  * (Buffers, native reports) and the file-backed pages. Nothing for a contender without it.
  */
-/** `name:size:used,...` (bench/heap-watch.cjs) as { name: [size MB, used MB] }. */
-function spacesMb(text, mb) {
-  return Object.fromEntries(text.split(',').map((x) => { const [n, size, used] = x.split(':'); return [n, [mb(Number(size)), mb(Number(used))]]; }));
-}
-
 function heapWatched(c, from, to) {
   if (!c.log) return {};
   let gcs = 0; let live = 0; let heap = 0; let top = null;
