@@ -150,11 +150,11 @@ async function balance(c) {
 }
 
 /**
- * How much load to send: Tollgate and direct get a fixed number of requests, so none is cut off at the
- * end and the ledger check stays exact; LiteLLM and Portkey, slower and with no ledger to check, get the
- * same time instead, so a run cannot take hours.
+ * How much load autocannon sends (the warm-up, max rate, the key route): Tollgate and direct get a fixed number
+ * of requests, so none is cut off at the end and the ledger check stays exact; LiteLLM and Portkey, slower and
+ * with no ledger to check, get the same time instead, so a run cannot take hours. (The fixed rates, sent by
+ * bench/paced.mjs, are a duration for everyone: it cuts nothing off.)
  */
-/** LiteLLM and Portkey get a duration, the rest a fixed amount of requests (see How it measures). */
 const byDuration = (c) => c.kind === 'litellm' || c.kind === 'portkey';
 const amount = (c, requests, secs) => (byDuration(c) ? ['-d', String(secs)] : ['-a', String(requests)]);
 
@@ -318,7 +318,10 @@ async function main() {
     probeBody: CHAT, probeOnlySecs: PLAN.seqSecs }));
   for (const rate of SCENARIOS.includes('rates') ? PLAN.rates : []) {
     await each((c) => measure(c, `chat @${rate} qps`, { simPid: simA.pid, url: `${c.url}/v1/chat/completions`, body: CHAT, unitCost: costs.get(c.name).chat, probeBody: CHAT,
-      paced: ['--connections', '100', '--rate', String(rate), ...(byDuration(c) ? ['--duration', String(PLAN.rateSecs)] : ['--amount', String(rate * PLAN.rateSecs)])] }));
+      // Every contender a duration (bench/paced.mjs cuts nothing off: what is due and still waiting for a connection at
+      // the end is dropped unsent and counted, and those in flight are answered), so a rate above a contender's max
+      // rate ends on time instead of sending its whole backlog; the ledger check counts the answered ones only.
+      paced: ['--connections', '100', '--rate', String(rate), '--duration', String(PLAN.rateSecs)] }));
   }
   // A fixed amount rather than a duration, so no request is cut off at the end and every one billed is
   // counted: the ledger check stays exact. An unmeasured run at full speed (PLAN.sizingSecs) sizes it to last about
