@@ -215,23 +215,3 @@ export async function json(url, init) {
   const text = await r.text();
   try { return JSON.parse(text); } catch { throw new Error(`${url}: ${r.status} ${text.slice(0, 300)}`); }
 }
-
-/**
- * Deletes the keys under `prefix` in the Redis at `url`: what a contender left there (a hold total, a spare's
- * records at its stop), so the machine's Redis keeps nothing of a bench run. Best effort: a Redis that cannot be
- * reached is left as it is.
- */
-export async function clearRedisPrefix(url, prefix) {
-  const { default: Redis } = await import('ioredis');
-  const r = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  r.on('error', () => undefined);
-  try {
-    await r.connect();
-    let cursor = '0';
-    do {
-      const [next, keys] = await r.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await r.del(...keys);
-    } while (cursor !== '0');
-  } catch { /* unreachable: nothing to clear */ } finally { r.disconnect(); }
-}

@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync, spawn } from 'node:child_process';
 import http from 'node:http';
-import { ROOT, start, stop, usage, autocannon, clearRedisPrefix } from './lib.mjs';
+import { ROOT, start, stop, usage, autocannon } from './lib.mjs';
+import { clearRedisPrefix } from '../test/helpers/gateway.mjs';
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
@@ -202,7 +203,8 @@ try {
   await main();
 } finally {
   for (const p of procs.reverse()) await stop(p);
-  if (STORE === 'pg') await clearRedisPrefix(REDIS, `tgprof${process.pid}:`);
+  // What the gateway left in Redis (a hold total, a key's rpm bucket).
+  if (STORE === 'pg') await clearRedisPrefix(`tgprof${process.pid}:`, REDIS).catch(() => undefined);
   if (db) execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS ${db}`], { stdio: 'ignore' });
   rmSync(work, { recursive: true, force: true });
 }

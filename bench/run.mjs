@@ -4,7 +4,8 @@ import { tmpdir, cpus, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:net';
-import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, paced, probe, streamProbe, json, clearRedisPrefix } from './lib.mjs';
+import { ROOT, start, stop, usage, cpuByName, cpuDelta, reapedChildrenCpu, rssSampler, autocannon, paced, probe, streamProbe, json } from './lib.mjs';
+import { clearRedisPrefix } from '../test/helpers/gateway.mjs';
 
 const args = process.argv.slice(2);
 const QUICK = args.includes('--quick');
@@ -371,10 +372,10 @@ async function main() {
 const cleanup = async () => {
   for (const p of procs.reverse()) await stop(p);
   rmSync(work, { recursive: true, force: true });
-  // Every contender's Redis prefix starts so (config.redis above).
-  await clearRedisPrefix(REDIS, `tgbench${process.pid}`);
   for (const db of databases) {
     try { execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`], { stdio: 'ignore' }); } catch { /* gone */ }
   }
+  // What the contenders left in Redis (a hold total, a key's rpm bucket): every contender's prefix starts so (config.redis above).
+  await clearRedisPrefix(`tgbench${process.pid}`, REDIS).catch(() => undefined);
 };
 main().catch((e) => { console.error(e); process.exitCode = 1; }).finally(cleanup);

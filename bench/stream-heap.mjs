@@ -10,6 +10,7 @@ import http from 'node:http';
 import { join, resolve } from 'node:path';
 import { tmpdir } from 'node:os';
 import { ROOT, start, stop } from './lib.mjs';
+import { clearRedisPrefix } from '../test/helpers/gateway.mjs';
 
 const args = process.argv.slice(2);
 const opt = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
@@ -128,6 +129,8 @@ try {
   await main();
 } finally {
   for (const p of procs.reverse()) await stop(p);
+  // What the gateway left in Redis (a hold total, a key's rpm bucket).
+  if (db) await clearRedisPrefix(`tgheap${process.pid}:`, REDIS).catch(() => undefined);
   if (db) { try { execFileSync('psql', [PG_ADMIN, '-qc', `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`], { stdio: 'ignore' }); } catch { /* left for the next run */ } }
   rmSync(work, { recursive: true, force: true });
 }
