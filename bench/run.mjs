@@ -341,7 +341,7 @@ async function main() {
       // LiteLLM held none of the streams in any round of earlier runs (bench/results): one round says so.
       if (c.kind === 'litellm' && round > 0) return null;
       // `direct` is the limit, and no target compares with its streams: one round gives its row, and the two it
-      // ran before took 35-40 s of a full run that must stay under 15 minutes on the slower machines.
+      // ran before were 31-36 s of load in a full run that must stay under 15 minutes on the slower machines.
       if (c.kind === 'direct' && round >= PLAN.directStreamRounds) return null;
       const body = JSON.stringify({ ...JSON.parse(STREAM), model: c.streamModel });
       // Portkey names the stream sim in its headers, not in a model id.
