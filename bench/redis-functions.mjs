@@ -25,7 +25,7 @@ const lib = functionsLibrary(tag, 'tgbench', 'tgb');
 const r = new Redis(process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379');
 await r.call('FUNCTION', 'LOAD', lib.library);
 const sha = {
-  admit: await r.script('LOAD', SCRIPTS.admit.lua), settle: await r.script('LOAD', SCRIPTS.settle.lua), committed: await r.script('LOAD', SCRIPTS.committed.lua),
+  admit: await r.script('LOAD', SCRIPTS.admit.lua), apply: await r.script('LOAD', SCRIPTS.apply.lua), committed: await r.script('LOAD', SCRIPTS.committed.lua),
 };
 const redisPid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1] ?? 0);
 const month = new Date().toISOString().slice(0, 7) + '-01';
@@ -46,7 +46,9 @@ async function run(way, n) {
   const one = async (i) => {
     const id = `chatcmpl-${i}`;
     await call('admit', ...keys, ...admitArgs(id));
-    await call('settle', ...keys, owner, id, id, 'key_0123456789abcdef', '4075', entry(id), '1', '4075', '', '');
+    // The settle: its record pushed onto the account's queue, then applied (as the next script on the account would).
+    await r.rpush(`${p}:setq`, JSON.stringify([owner, id, id, 'key_0123456789abcdef', '4075', entry(id), '1', '4075', '', '']));
+    await call('apply', keys[0]);
     if (i % 50 === 49) await call('committed', keys[0], keys[4], keys[1], '50', ...Array.from({ length: 50 }, (_, j) => `chatcmpl-${i - j}`), '', '', '0');
   };
   for (let i = 0; i < 300; i++) await one(i);
@@ -56,7 +58,7 @@ async function run(way, n) {
   const cpu = usage(redisPid).cpu - cpu0;
   const stats = await r.info('commandstats');
   const m = new RegExp(`cmdstat_${way === 'fcall' ? 'fcall' : 'evalsha'}:calls=(\\d+),usec=(\\d+)`).exec(stats);
-  await r.del(...keys, `${p}:rpm:key_0123456789abcdef`);
+  await r.del(...keys, `${p}:rpm:key_0123456789abcdef`, `${p}:setq`);
   return { way, script_us_per_request: +(Number(m[2]) / n).toFixed(1), redis_server_cpu_us_per_request: +(cpu * 1e6 / n).toFixed(1) };
 }
 

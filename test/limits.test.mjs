@@ -123,7 +123,8 @@ test('the account hash\'s counters stay exact whatever their size: amounts of up
   // more digits must still land to the nanodollar (measured build: written with HINCRBY at once).
   const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
   const l = await redisLimiter(t, prefix);
-  const sumOf = () => l.redis.hgetall(`${prefix}{x}:holdsum`);
+  // Read as the next script on the account sees it: a settle's bookkeeping is applied by that script (here openHolds').
+  const sumOf = async () => { await l.openHolds('x'); return l.redis.hgetall(`${prefix}{x}:holdsum`); };
   const big = 10n ** 19n;
   const holds = [['x0', 'k1', 999_999_999_999_999n], ['x1', 'k1', 1_152_921_504_606_846_977n], ['x2', 'k2', 123n], ['x3', 'k2', 3_000_000_000_000_000_003n]];
   // Two admitted one at a time, two in one turn.
@@ -175,6 +176,7 @@ test('an account\'s records in Redis expire when idle (the request bucket too), 
   assert.equal((await at('e1', 60_000)).ok, true);
   // A debit pending: the sum hash has no expiry until it is committed, then five minutes and never less than the holds' (here more).
   await l.settle('e0', debit('e', 'e0', 700n, 'k'), true);
+  await l.openHolds('e'); // the settle's bookkeeping, applied by the next script on the account
   assert.equal(await ttl('holdsum'), -1, 'no expiry while a debit is pending');
   await l.committed('e', ['e0'], { balance: null, spends: [] });
   near(await ttl('holdsum'), 60_000 + HOUR, 'holdsum once committed');
@@ -306,7 +308,8 @@ test('a turn of settles of one account (finals freeing their slots, a session\'s
     ['h3', 'd3', 'k1', 350n, true],              // the same debit again (a retry): replaces, never adds
     ['s1', 's1#3', 'k2', 100n, true],            // the session ends: the rest of its hold is freed
   ];
-  const record = async (prefix) => {
+  const record = async (prefix, l) => {
+    await l.openHolds('st'); // the settles' bookkeeping, applied by the next script on the account
     const r = new Redis(REDIS);
     t.after(() => r.quit());
     const sum = await r.hgetall(`${prefix}{st}:holdsum`);
@@ -324,7 +327,7 @@ test('a turn of settles of one account (finals freeing their slots, a session\'s
     const one = ([hold, id, key, amount, final, covered]) => l.settle(hold, debit('st', id, amount, key), final, covered ?? amount);
     if (together) await Promise.all(settles.map(one));
     else for (const x of settles) await one(x);
-    out.push(await record(prefix));
+    out.push(await record(prefix, l));
     // k1's three slots are free again: three more holds of it fit under its concurrency of 3.
     for (const id of ['n1', 'n2', 'n3']) assert.equal((await admit(l, 'st', id, 1n, 100_000n, { keyId: 'k1', concurrency: 3 })).ok, true, `${id} (together: ${together})`);
   }
@@ -387,6 +390,33 @@ test('a Redis owner that stops beating is taken over: its holds freed, its pendi
   await b.release('g', 'g3');
   await b.committed('g', ['g0', 'g1'], { balance: { amount: 97_989n, version: 5n }, spends: [] });
   assert.equal((await admit(b, 'g', 'g5', 97_988n, 100_000n, { version: 1n })).ok, true, 'committed: the ledger balance applies');
+});
+
+test('a settle only recorded when its owner dies (its bookkeeping not yet applied by any script) is applied and handed on by the takeover: the hold freed, the debit billed once, the headroom exact', { timeout: 30_000 }, async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const a = await redisLimiter(t, prefix);
+  const b = await redisLimiter(t, prefix);
+  const r = new Redis(REDIS);
+  t.after(() => r.quit());
+  assert.equal((await admit(a, 'q', 'q0', 5_000n, 100_000n)).ok, true);
+  assert.equal((await admit(a, 'q', 'q1', 3_000n, 100_000n)).ok, true);
+  await a.settle('q0', debit('q', 'q0', 1_234n), true);
+  await a.settle('q1', debit('q', 'q1', 2_000n), true);
+  // Recorded in the account's settle queue and nothing else: the holds are still there, no pending record yet.
+  assert.equal(await r.llen(`${prefix}{q}:setq`), 2, 'two settles recorded');
+  assert.equal(await r.hlen(`${prefix}{q}:holds`), 2);
+  assert.equal(await r.hlen(`${prefix}{q}:pend`), 0);
+  await a.close(false); // dies before any script on the account: no heartbeat, nothing cleaned up
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((res) => setTimeout(res, 250)); got = await b.claimOrphans(); }
+  assert.deepEqual(got.map((d) => [d.id, d.amount]).sort(), [['q0', 1_234n], ['q1', 2_000n]]);
+  assert.equal(await r.llen(`${prefix}{q}:setq`), 0, 'the queue was applied');
+  assert.equal(await b.openHolds('q'), 0, 'both holds freed');
+  assert.deepEqual(await b.claimOrphans(), [], 'handed on once');
+  // The debits count until committed, the holds not at all: 100,000 - 1,234 - 2,000 = 96,766 is the headroom.
+  assert.equal((await admit(b, 'q', 'q2', 96_766n, 100_000n)).ok, true);
+  assert.equal((await admit(b, 'q', 'q3', 1n, 100_000n)).ok, false);
 });
 
 test('after Redis comes back without an owner\'s records (a restart with nothing on disk), the owner lists its accounts again, so a debit it records since is still taken over when it dies', { timeout: 30_000 }, async (t) => {

@@ -197,7 +197,8 @@ export async function startGateway(t, options = {}) {
   /**
    * Waits (up to 5 s) until no debit is pending. /metrics counts the debits of the instance that answers
    * it, so with `workers` (or instances sharing a Redis prefix) it can say 0 while another still has some:
-   * with Redis, the pending debits of every instance are read there (each `{account}:pend` hash).
+   * with Redis, the pending debits of every instance are read there (each `{account}:pend` hash, and each
+   * account's settle queue, `{account}:setq`).
    */
   async function debitsLanded() {
     const until = Date.now() + 5000;
@@ -222,9 +223,13 @@ export async function startGateway(t, options = {}) {
     let cursor = '0';
     let n = 0;
     do {
-      const [next, keys] = await pendRedis.scan(cursor, 'MATCH', `${redisPrefix}*:pend`, 'COUNT', 500);
+      // A debit is pending from its settle on: first in the account's settle queue (`setq`, until a script applies it), then in `pend`.
+      const [next, keys] = await pendRedis.scan(cursor, 'MATCH', `${redisPrefix}*`, 'COUNT', 500);
       cursor = next;
-      for (const k of keys) n += await pendRedis.hlen(k);
+      for (const k of keys) {
+        if (k.endsWith(':pend')) n += await pendRedis.hlen(k);
+        else if (k.endsWith(':setq')) n += await pendRedis.llen(k);
+      }
     } while (cursor !== '0');
     return n;
   }

@@ -245,6 +245,90 @@ local function keep_records(sum, holds, exp, run, pend, ttl)
   keep({holds, exp, run, qbase(sum) .. ':resv'}, ttl + MARGIN)
   idle_expiry(sum, pend, redis.call('PTTL', holds))
 end
+-- A settle's bookkeeping, applied to the account's keys: A is one recorded call, {owner, then per debit:
+-- hold debit key amount entry final covered used freed} (freed: a part's usage reservation, given back and
+-- taken off the hold's record before its use is taken). For each debit: its hold freed (a final) or shortened
+-- by the stretch it used (a part), the account's counters moved, the usage buckets moved, and its pending
+-- record (what a takeover bills and the commit record clears) written.
+local function settle_on(sum, holds, exp, run, pend, A)
+  local owner = A[1]
+  -- Redis's clock, read only by a debit that moves a usage bucket (most settle none).
+  local now = nil
+  -- The call's holds and debit records are read ahead in one HMGET each, its counters moved once each
+  -- (counters), and its writes made once at the end: the script runs alone, so each debit sees what the
+  -- ones before it in the call left, as if each were its own call. A usage reservation (resv) is read
+  -- only when the account has one: a settle never makes one. No function is defined per call (each would
+  -- be a closure made on every call): a final debit's drop() on the call's view is written out in the loop.
+  local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
+  local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
+  local expGone, runGone, hids, dids = {}, {}, {}, {}
+  for i = 2, #A, 9 do table.insert(hids, A[i]); table.insert(dids, A[i + 1]) end
+  H:load(hids)
+  P:load(dids)
+  for i = 2, #A, 9 do
+    local hid, did, k, amt = A[i], A[i + 1], A[i + 2], A[i + 3]
+    if A[i + 5] ~= '1' and A[i + 8] ~= '' and not P:get(did) then
+      now = now or qnow()
+      qmove(sum, k, A[i + 8], 1, now)
+      qresv(sum, hid, k, A[i + 8], -1)
+      hasResv = true
+    end
+    -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
+    local prior = P:get(did)
+    if A[i + 5] == '1' then
+      -- drop() on the call's view: frees the hold (its amount, its slot, its running record).
+      if hasResv then qrefund(sum, hid) end
+      table.insert(expGone, hid); table.insert(runGone, hid)
+      local rec = H:get(hid)
+      if rec then
+        local hk, hamt = string.match(rec, '^([^|]*)|(%d+)')
+        cnt:add(hk, neg(hamt))
+        cnt:move('n:' .. hk, '-1')
+        H:del(hid)
+      end
+    elseif not prior then
+      -- A part: the stretch of the hold it used (A[i + 6]) comes off the hold, never below zero.
+      local rec = H:get(hid)
+      if rec then
+        local hk, hamt, howner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+        local off = math.min(tonumber(hamt), tonumber(A[i + 6]))
+        if off > 0 then
+          H:set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
+          cnt:add(hk, string.format('%d', -off))
+        end
+      end
+    end
+    -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
+    if not prior and A[i + 7] ~= '' then now = now or qnow(); qmove(sum, k, A[i + 7], -1, now) end
+    if prior then
+      local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
+      cnt:add(pk, neg(pa))
+      cnt:pending(pk, neg(pa))
+    end
+    cnt:add(k, amt)
+    cnt:pending(k, amt)
+    P:set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. A[i + 4])
+  end
+  cnt:flushAll()
+  H:flush()
+  P:flush()
+  if #expGone > 0 then chunked('ZREM', exp, expGone) end
+  if #runGone > 0 then chunked('HDEL', run, runGone) end
+  redis.call('PERSIST', sum)
+end
+-- The settles recorded on replies' paths and not yet applied (the account's settle queue, <base>:setq: a list
+-- of JSON arrays, each one call's arguments as settle_on takes them, in the order recorded), applied and
+-- removed. Every script on an account's keys calls it first, so each sees the account as if every settle
+-- recorded had been applied when it was recorded.
+local function apply_queued(sum)
+  local base = qbase(sum)
+  local q = base .. ':setq'
+  local items = redis.call('LRANGE', q, 0, -1)
+  if #items == 0 then return 0 end
+  redis.call('DEL', q)
+  for _, it in ipairs(items) do settle_on(sum, base .. ':holds', base .. ':holdexp', base .. ':run', base .. ':pend', cjson.decode(it)) end
+  return #items
+end
 `;
 
 // A turn's admissions of one account in one call, each decided in order as if it were alone.
@@ -255,6 +339,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner = ARGV[1]
+apply_queued(sum)
 for _, r in ipairs(redis.call('ZRANGEBYSCORE', exp, '-inf', now, 'LIMIT', 0, 100)) do expire(sum, holds, exp, run, r, now) end
 -- The call reads each field it needs once and makes each write once, at the end: the script runs alone,
 -- so a deferred write is seen by no one else, and each request is decided on the values the requests
@@ -357,6 +442,7 @@ const EXTEND = `${LIB}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sum, holds, exp, rb, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+apply_queued(sum)
 local rec = redis.call('HGET', holds, ARGV[1])
 if not rec then return {3} end
 local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
@@ -407,6 +493,7 @@ return {0}
 // KEYS: sum holds. ARGV: hold amount freed. Takes amount (at most the hold's) off an open hold; its slot stays.
 // freed: a part's usage reservation, given back to the key's buckets and taken off the hold's record.
 const SHRINK = `${LIB}
+apply_queued(KEYS[1])
 local rec = redis.call('HGET', KEYS[2], ARGV[1])
 if not rec then return 0 end
 local k, amt, owner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
@@ -425,6 +512,7 @@ return off
 // gives the token its admission took back to the key's request bucket, never above the limit: the bucket is
 // then as if the hold had never been placed. A hold already gone (taken over) gives nothing back.
 const GIVEBACK = `${LIB}
+apply_queued(KEYS[1])
 if not drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1]) then return 0 end
 local b = redis.call('HMGET', KEYS[5], 't', 'ts')
 if not b[1] then return 1 end
@@ -436,85 +524,31 @@ return 1
 
 // KEYS: sum holds exp run. ARGV: the hold ids of one account released in one event-loop turn.
 const RELEASE = `${LIB}
+apply_queued(KEYS[1])
 for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
 return #ARGV
 `;
 
-// KEYS: sum holds exp run pend. ARGV: owner, then per debit: hold debit key amount entry final covered used freed
-// freed: a part's usage reservation, given back (and taken off the hold's record) before its use is taken.
-const SETTLE = `${LIB}
-local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner = ARGV[1]
--- Redis's clock, read only by a debit that moves a usage bucket (most settle none).
-local now = nil
--- The call's holds and debit records are read ahead in one HMGET each, its counters moved once each
--- (counters), and its writes made once at the end: the script runs alone, so each debit sees what the
--- ones before it in the call left, as if each were its own call. A usage reservation (resv) is read
--- only when the account has one: a settle never makes one. No function is defined per call (each would
--- be a closure made on every call): a final debit's drop() on the call's view is written out in the loop.
-local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
-local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
-local expGone, runGone, hids, dids = {}, {}, {}, {}
-for i = 2, #ARGV, 9 do table.insert(hids, ARGV[i]); table.insert(dids, ARGV[i + 1]) end
-H:load(hids)
-P:load(dids)
-for i = 2, #ARGV, 9 do
-  local hid, did, k, amt = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  if ARGV[i + 5] ~= '1' and ARGV[i + 8] ~= '' and not P:get(did) then
-    now = now or qnow()
-    qmove(sum, k, ARGV[i + 8], 1, now)
-    qresv(sum, hid, k, ARGV[i + 8], -1)
-    hasResv = true
-  end
-  -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
-  local prior = P:get(did)
-  if ARGV[i + 5] == '1' then
-    -- drop() on the call's view: frees the hold (its amount, its slot, its running record).
-    if hasResv then qrefund(sum, hid) end
-    table.insert(expGone, hid); table.insert(runGone, hid)
-    local rec = H:get(hid)
-    if rec then
-      local hk, hamt = string.match(rec, '^([^|]*)|(%d+)')
-      cnt:add(hk, neg(hamt))
-      cnt:move('n:' .. hk, '-1')
-      H:del(hid)
-    end
-  elseif not prior then
-    -- A part: the stretch of the hold it used (ARGV[i + 6]) comes off the hold, never below zero.
-    local rec = H:get(hid)
-    if rec then
-      local hk, hamt, howner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
-      local off = math.min(tonumber(hamt), tonumber(ARGV[i + 6]))
-      if off > 0 then
-        H:set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
-        cnt:add(hk, string.format('%d', -off))
-      end
-    end
-  end
-  -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
-  if not prior and ARGV[i + 7] ~= '' then now = now or qnow(); qmove(sum, k, ARGV[i + 7], -1, now) end
-  if prior then
-    local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
-    cnt:add(pk, neg(pa))
-    cnt:pending(pk, neg(pa))
-  end
-  cnt:add(k, amt)
-  cnt:pending(k, amt)
-  P:set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. ARGV[i + 4])
-end
-cnt:flushAll()
-H:flush()
-P:flush()
-if #expGone > 0 then chunked('ZREM', exp, expGone) end
-if #runGone > 0 then chunked('HDEL', run, runGone) end
-redis.call('PERSIST', sum)
-return 1
+// KEYS: sum. Applies the account's settle queue (apply_queued): sent after the settles recorded, when no other
+// call on the account has applied them within APPLY_MS.
+const APPLY = `${LIB}
+return apply_queued(KEYS[1])
+`;
+
+// KEYS: sum holds. ARGV: key. The account's open holds, and its and the key's pending debits, once the
+// account's settle queue is applied: {holds, pending, key's pending}.
+const PEEK = `${LIB}
+apply_queued(KEYS[1])
+local p = redis.call('HMGET', KEYS[1], 'pending', 'p:' .. ARGV[1])
+return {redis.call('HLEN', KEYS[2]), p[1] or '0', p[2] or '0'}
 `;
 
 // KEYS: sum pend holds. ARGV: n, n debit ids, bal, bver, m, m x (field start spent version)
 const COMMITTED = `${LIB}
 local sum, pend, holds = KEYS[1], KEYS[2], KEYS[3]
 local n = tonumber(ARGV[1])
+-- The account's recorded settles first: a debit being committed may still be only in the queue.
+apply_queued(sum)
 -- The records are read ahead (hashview) and each counter moved once (counters); an id given twice
 -- finds its record gone the second time, so it counts once.
 local cnt, P, ids = counters(sum), hashview(pend), {}
@@ -549,6 +583,8 @@ return n
 const TAKEOVER = `${LIB}
 local sum, holds, exp, run, pend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local dead, me = ARGV[1], ARGV[2]
+-- The account's recorded settles first, the dead owner's among them: each becomes a pending record, found below.
+apply_queued(sum)
 local all = redis.call('HGETALL', holds)
 for i = 1, #all, 2 do
   local r = all[i]
@@ -606,7 +642,8 @@ export const SCRIPTS = {
   giveback: { lua: GIVEBACK, keys: 5 },
   extend: { lua: EXTEND, keys: 6 },
   shrink: { lua: SHRINK, keys: 2 },
-  settle: { lua: SETTLE, keys: 5 },
+  apply: { lua: APPLY, keys: 1 },
+  peek: { lua: PEEK, keys: 2 },
   committed: { lua: COMMITTED, keys: 3 },
   takeover: { lua: TAKEOVER, keys: 5 },
 } as const;
@@ -842,6 +879,9 @@ export class RedisLimiter implements Limiter {
   /** The key's request bucket, in its account's slot (its scripts touch both). */
   private rpmKey(accountId: string, keyId: string): string { return `${this.prefix}{${accountId}}:rpm:${keyId}`; }
 
+  /** The account's settle queue (apply_queued in the scripts derives the same name from the sum key). */
+  private setqKey(accountId: string): string { return `${this.prefix}{${accountId}}:setq`; }
+
   private keys(accountId: string): [string, string, string, string, string] {
     const p = `${this.prefix}{${accountId}}`;
     return [`${p}:holdsum`, `${p}:holds`, `${p}:holdexp`, `${p}:run`, `${p}:pend`];
@@ -941,7 +981,14 @@ export class RedisLimiter implements Limiter {
     }
   }
 
-  /** Like releases, the turn's settles of one account go as one script call; each resolves once Redis has it. */
+  /**
+   * Records the settle; resolves once Redis has it. The turn's settles of one account go as one RPUSH onto the
+   * account's settle queue (`setq`): a plain command, no script on the reply's path. That is what a kill -9
+   * needs: a takeover applies the queue before it looks for the dead owner's debits. The bookkeeping (the hold
+   * freed, the counters and usage buckets moved, the pending record written: settle_on) runs in the next script
+   * any instance runs on the account, each of which applies the queue first (apply_queued), so none sees the
+   * account without it. This instance always sends one: the commit record of each debit (Committer.clear).
+   */
   settle(holdId: string, d: PendingDebit, final: boolean, covered = d.amount, used?: QuotaUse, freed?: QuotaUse): Promise<void> {
     this.list(d.accountId);
     return this.queue(this.settles, d.accountId, [holdId, d, final, covered, quotaArg(used), quotaArg(freed)], () => this.flushSettles());
@@ -951,10 +998,11 @@ export class RedisLimiter implements Limiter {
     const due = this.settles;
     this.settles = new Map();
     for (const [accountId, b] of due) {
+      const setq = this.setqKey(accountId);
       inCalls(b.items, (part) => {
         const args: string[] = [this.owner];
         for (const [holdId, d, final, covered, used, freed] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString(), used, freed);
-        return this.script<number>('settle', ...this.keys(accountId), ...args);
+        return this.redis.rpush(setq, JSON.stringify(args)).catch((e: unknown) => this.failed(e));
       }).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }
   }
@@ -1039,13 +1087,19 @@ export class RedisLimiter implements Limiter {
     return out;
   }
 
+  /** The account's open holds and pending debits, its settle queue applied first (peek). */
+  private async peek(accountId: string, keyId = ''): Promise<[number, string, string]> {
+    const [sum, holds] = this.keys(accountId);
+    return this.script<[number, string, string]>('peek', sum, holds, keyId);
+  }
+
   async pendingOf(accountId: string, keyId: string): Promise<{ account: bigint; key: bigint }> {
-    const [a, k] = await this.redis.hmget(this.keys(accountId)[0], 'pending', `p:${keyId}`);
-    return { account: BigInt(a ?? '0'), key: BigInt(k ?? '0') };
+    const [, a, k] = await this.peek(accountId, keyId);
+    return { account: BigInt(a), key: BigInt(k) };
   }
 
   async openHolds(accountId: string): Promise<number> {
-    return this.redis.hlen(this.keys(accountId)[1]);
+    return (await this.peek(accountId))[0];
   }
 
   /** Stops the heartbeat; with nothing of this owner left pending, it also leaves the instance list. */
