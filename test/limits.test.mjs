@@ -400,10 +400,13 @@ test('a settle only recorded when its owner dies (its bookkeeping not yet applie
   t.after(() => r.quit());
   assert.equal((await admit(a, 'q', 'q0', 5_000n, 100_000n)).ok, true);
   assert.equal((await admit(a, 'q', 'q1', 3_000n, 100_000n)).ok, true);
-  await a.settle('q0', debit('q', 'q0', 1_234n), true);
-  await a.settle('q1', debit('q', 'q1', 2_000n), true);
+  // Settled in one turn (one queued call), their entries with text JSON escapes (a quote, a newline, a control
+  // character) and characters past ASCII: each must come back as it went in.
+  const d0 = debit('q', 'q0', 1_234n);
+  const d1 = { ...debit('q', 'q1', 2_000n), entry: JSON.stringify({ idemKey: 'q1', note: 'a "quoted"\nline \u001e, café ☕ 🚀', kind: 'debit' }) };
+  await Promise.all([a.settle('q0', d0, true), a.settle('q1', d1, true)]);
   // Recorded in the account's settle queue and nothing else: the holds are still there, no pending record yet.
-  assert.equal(await r.llen(`${prefix}{q}:setq`), 2, 'two settles recorded');
+  assert.equal(await r.llen(`${prefix}{q}:setq`), 1, 'the turn\'s two settles recorded in one entry');
   assert.equal(await r.hlen(`${prefix}{q}:holds`), 2);
   assert.equal(await r.hlen(`${prefix}{q}:pend`), 0);
   await a.close(false); // dies before any script on the account: no heartbeat, nothing cleaned up
@@ -411,6 +414,7 @@ test('a settle only recorded when its owner dies (its bookkeeping not yet applie
   let got = [];
   while (got.length === 0 && Date.now() < deadline) { await new Promise((res) => setTimeout(res, 250)); got = await b.claimOrphans(); }
   assert.deepEqual(got.map((d) => [d.id, d.amount]).sort(), [['q0', 1_234n], ['q1', 2_000n]]);
+  assert.deepEqual(got.map((d) => d.entry).sort(), [d0.entry, d1.entry].sort(), 'each entry handed on as it was settled');
   assert.equal(await r.llen(`${prefix}{q}:setq`), 0, 'the queue was applied');
   assert.equal(await b.openHolds('q'), 0, 'both holds freed');
   assert.deepEqual(await b.claimOrphans(), [], 'handed on once');

@@ -316,17 +316,30 @@ local function settle_on(sum, holds, exp, run, pend, A)
   if #runGone > 0 then chunked('HDEL', run, runGone) end
   redis.call('PERSIST', sum)
 end
+-- One queued call (see apply_queued) as settle_on takes it: a JSON array of its arguments with each debit's
+-- entry left empty, then each entry in turn after a record separator (\\30). An entry is JSON text, which
+-- holds no raw control character, so it goes as it is, not escaped again as a JSON string.
+local function unpack_call(it)
+  local cut = string.find(it, '\\30', 1, true)
+  local A = cjson.decode(string.sub(it, 1, cut - 1))
+  for i = 2, #A, 9 do
+    local nxt = string.find(it, '\\30', cut + 1, true)
+    A[i + 4] = string.sub(it, cut + 1, (nxt or 0) - 1)
+    cut = nxt
+  end
+  return A
+end
 -- The settles recorded on replies' paths and not yet applied (the account's settle queue, <base>:setq: a list
--- of JSON arrays, each one call's arguments as settle_on takes them, in the order recorded), applied and
--- removed. Every script on an account's keys calls it first, so each sees the account as if every settle
--- recorded had been applied when it was recorded.
+-- of calls, each packed as unpack_call reads it, in the order recorded), applied and removed. Every script on
+-- an account's keys calls it first, so each sees the account as if every settle recorded had been applied
+-- when it was recorded.
 local function apply_queued(sum)
   local base = qbase(sum)
   local q = base .. ':setq'
   local items = redis.call('LRANGE', q, 0, -1)
   if #items == 0 then return 0 end
   redis.call('DEL', q)
-  for _, it in ipairs(items) do settle_on(sum, base .. ':holds', base .. ':holdexp', base .. ':run', base .. ':pend', cjson.decode(it)) end
+  for _, it in ipairs(items) do settle_on(sum, base .. ':holds', base .. ':holdexp', base .. ':run', base .. ':pend', unpack_call(it)) end
   return #items
 end
 `;
@@ -1000,9 +1013,15 @@ export class RedisLimiter implements Limiter {
     for (const [accountId, b] of due) {
       const setq = this.setqKey(accountId);
       inCalls(b.items, (part) => {
+        // Packed as the scripts' unpack_call reads it: the arguments as JSON with each entry left empty, then the
+        // entries (JSON text already, with no raw control character) each after a record separator, not escaped again.
         const args: string[] = [this.owner];
-        for (const [holdId, d, final, covered, used, freed] of part) args.push(holdId, d.id, d.keyId, d.amount.toString(), d.entry, final ? '1' : '0', covered.toString(), used, freed);
-        return this.redis.rpush(setq, JSON.stringify(args)).catch((e: unknown) => this.failed(e));
+        let entries = '';
+        for (const [holdId, d, final, covered, used, freed] of part) {
+          args.push(holdId, d.id, d.keyId, d.amount.toString(), '', final ? '1' : '0', covered.toString(), used, freed);
+          entries += `\x1e${d.entry}`;
+        }
+        return this.redis.rpush(setq, JSON.stringify(args) + entries).catch((e: unknown) => this.failed(e));
       }).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }
   }
