@@ -17,7 +17,7 @@ const PAIRS = Number(opt('--pairs', '3'));
 const OPEN = Number(opt('--open', '8'));
 
 const DIST = resolve(opt('--dist', join(ROOT, 'dist')));
-const { SCRIPTS, functionsLibrary } = await import(pathToFileURL(join(DIST, 'gate/limits/redis.js')).href);
+const { SCRIPTS, functionsLibrary, packSettles } = await import(pathToFileURL(join(DIST, 'gate/limits/redis.js')).href);
 const tag = randomBytes(4).toString('hex');
 // The limiter's own library and script texts, under this run's names (so a gateway's library is not touched).
 const lib = functionsLibrary(tag, 'tgbench', 'tgb');
@@ -25,7 +25,7 @@ const lib = functionsLibrary(tag, 'tgbench', 'tgb');
 const r = new Redis(process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379');
 await r.call('FUNCTION', 'LOAD', lib.library);
 const sha = {
-  admit: await r.script('LOAD', SCRIPTS.admit.lua), apply: await r.script('LOAD', SCRIPTS.apply.lua), committed: await r.script('LOAD', SCRIPTS.committed.lua),
+  admit: await r.script('LOAD', SCRIPTS.admit.lua), peek: await r.script('LOAD', SCRIPTS.peek.lua), committed: await r.script('LOAD', SCRIPTS.committed.lua),
 };
 const redisPid = Number(/process_id:(\d+)/.exec(await r.info('server'))?.[1] ?? 0);
 const month = new Date().toISOString().slice(0, 7) + '-01';
@@ -46,9 +46,10 @@ async function run(way, n) {
   const one = async (i) => {
     const id = `chatcmpl-${i}`;
     await call('admit', ...keys, ...admitArgs(id));
-    // The settle: its record pushed onto the account's queue, then applied (as the next script on the account would).
-    await r.rpush(`${p}:setq`, JSON.stringify([owner, id, id, 'key_0123456789abcdef', '4075', entry(id), '1', '4075', '', '']));
-    await call('apply', keys[0]);
+    // The settle: its record pushed onto the account's queue as the limiter packs it, then applied by the next
+    // script on the account (here peek, the lightest).
+    await r.rpush(`${p}:setq`, packSettles(owner, [[id, { id, accountId: 'acct', keyId: 'key_0123456789abcdef', amount: 4075n, entry: entry(id) }, true, 4075n, '', '']]));
+    await call('peek', keys[0], keys[1], '');
     if (i % 50 === 49) await call('committed', keys[0], keys[4], keys[1], '50', ...Array.from({ length: 50 }, (_, j) => `chatcmpl-${i - j}`), '', '', '0');
   };
   for (let i = 0; i < 300; i++) await one(i);

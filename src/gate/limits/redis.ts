@@ -542,12 +542,6 @@ for _, r in ipairs(ARGV) do drop(KEYS[1], KEYS[2], KEYS[3], KEYS[4], r) end
 return #ARGV
 `;
 
-// KEYS: sum. Applies the account's settle queue (apply_queued): sent after the settles recorded, when no other
-// call on the account has applied them within APPLY_MS.
-const APPLY = `${LIB}
-return apply_queued(KEYS[1])
-`;
-
 // KEYS: sum holds. ARGV: key. The account's open holds, and its and the key's pending debits, once the
 // account's settle queue is applied: {holds, pending, key's pending}.
 const PEEK = `${LIB}
@@ -655,7 +649,6 @@ export const SCRIPTS = {
   giveback: { lua: GIVEBACK, keys: 5 },
   extend: { lua: EXTEND, keys: 6 },
   shrink: { lua: SHRINK, keys: 2 },
-  apply: { lua: APPLY, keys: 1 },
   peek: { lua: PEEK, keys: 2 },
   committed: { lua: COMMITTED, keys: 3 },
   takeover: { lua: TAKEOVER, keys: 5 },
@@ -709,6 +702,24 @@ async function loadOnMasters(cluster: Cluster, library: string): Promise<void> {
 }
 
 interface Batch<T> { items: T[]; done: Promise<void>; settle(err?: unknown): void }
+
+/** One settle as the limiter queues it: hold id, debit, final, what it covered, used and freed (quotaArg text). */
+export type QueuedSettle = [string, PendingDebit, boolean, bigint, string, string];
+
+/**
+ * One call's settles as an entry of the account's settle queue, packed as the scripts' unpack_call reads it: the
+ * arguments settle_on takes as a JSON array, each debit's entry left empty, then the entries (JSON text already,
+ * with no raw control character) each after a record separator, so they are not escaped a second time.
+ */
+export function packSettles(owner: string, settles: readonly QueuedSettle[]): string {
+  const args: string[] = [owner];
+  let entries = '';
+  for (const [holdId, d, final, covered, used, freed] of settles) {
+    args.push(holdId, d.id, d.keyId, d.amount.toString(), '', final ? '1' : '0', covered.toString(), used, freed);
+    entries += `\x1e${d.entry}`;
+  }
+  return JSON.stringify(args) + entries;
+}
 
 /**
  * The most items one script call carries: a turn's batch for one account goes in calls of at most this
@@ -764,7 +775,7 @@ export class RedisLimiter implements Limiter {
   private readonly redis: Scripted;
   private admits = new Map<string, { i: AdmitInput; resolve: (o: AdmitOutcome) => void; reject: (e: unknown) => void }[]>();
   private releases = new Map<string, Batch<string>>();
-  private settles = new Map<string, Batch<[string, PendingDebit, boolean, bigint, string, string]>>();
+  private settles = new Map<string, Batch<QueuedSettle>>();
   private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
   /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
   private readonly listed = new Set<string>();
@@ -1012,17 +1023,7 @@ export class RedisLimiter implements Limiter {
     this.settles = new Map();
     for (const [accountId, b] of due) {
       const setq = this.setqKey(accountId);
-      inCalls(b.items, (part) => {
-        // Packed as the scripts' unpack_call reads it: the arguments as JSON with each entry left empty, then the
-        // entries (JSON text already, with no raw control character) each after a record separator, not escaped again.
-        const args: string[] = [this.owner];
-        let entries = '';
-        for (const [holdId, d, final, covered, used, freed] of part) {
-          args.push(holdId, d.id, d.keyId, d.amount.toString(), '', final ? '1' : '0', covered.toString(), used, freed);
-          entries += `\x1e${d.entry}`;
-        }
-        return this.redis.rpush(setq, JSON.stringify(args) + entries).catch((e: unknown) => this.failed(e));
-      }).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
+      inCalls(b.items, (part) => this.redis.rpush(setq, packSettles(this.owner, part)).catch((e: unknown) => this.failed(e))).then(() => b.settle(), (e: unknown) => b.settle(e ?? new Error('settle failed')));
     }
   }
 
