@@ -1,7 +1,7 @@
 // The ledger on both stores: idempotent settles, reused request ids, group commits, balance == Σ ledger.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
@@ -201,7 +201,63 @@ for (const [name, open] of Object.entries(STORES)) {
     assert.ok(rev.revokedAt instanceof Date);
     assert.ok(rev.version > record.version, 'a change bumps the version the caches follow');
   });
+
+  test(`the ledger's idem_key has one index, unique by text pattern: it refuses a duplicate, is the settle's conflict arbiter, and a receipt's prefix search reads it (${name})`, async (t) => {
+    const db = await open(t);
+    const onIdem = await db.query(`SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'ledger' AND indexdef LIKE '%(idem_key%'`);
+    assert.deepEqual(onIdem.rows.map((r) => r.indexname), ['ledger_idem_key'], 'one index on idem_key (a row inserts into one, not two)');
+    assert.match(onIdem.rows[0].indexdef, /^CREATE UNIQUE INDEX .*\(idem_key text_pattern_ops\)$/);
+    const s = new Settler(db, quiet);
+    const acct = await createAccount(db, 'i@example.com');
+    await s.submit({ idemKey: 'credit:i', nonce: 'c', accountId: acct.id, keyId: null, kind: 'credit', amount: 1_000_000n, reason: 'test' });
+    for (const idemKey of ['req_abc', 'req_abc#1', 'req_abc#2', 'req_abcd']) {
+      await s.submit({ idemKey, nonce: 'n', accountId: acct.id, keyId: null, kind: 'debit', amount: 10n, reason: 'chat' });
+    }
+    // The settle's ON CONFLICT (idem_key): a retry of a stored debit is recognised, not stored again or refused.
+    assert.equal((await s.submit({ idemKey: 'req_abc#1', nonce: 'n', accountId: acct.id, keyId: null, kind: 'debit', amount: 10n, reason: 'chat' })).applied, false);
+    await assert.rejects(db.query(`INSERT INTO ledger (account_id, idem_key, kind, amount_nd, reason) VALUES ($1, 'req_abc', 'debit', -1, 'x')`, [acct.id]),
+      (e) => e.code === '23505', 'a second row under one idem_key is refused');
+    const tt = await totals(db, acct.id);
+    assert.equal(tt.n, 5);
+    assert.equal(tt.balance, tt.sum);
+    // The receipt's lookup: the request's own row and its parts by prefix, through the index.
+    await db.tx(async (c) => {
+      await c.query('SET LOCAL enable_seqscan = off');
+      const plan = (await c.query(`EXPLAIN SELECT idem_key FROM ledger WHERE idem_key = 'req_abc' OR idem_key LIKE 'req_abc#%'`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+      assert.match(plan, /ledger_idem_key/, plan);
+      const rows = await c.query(`SELECT idem_key FROM ledger WHERE idem_key = 'req_abc' OR idem_key LIKE 'req_abc#%' ORDER BY idem_key`);
+      assert.deepEqual(rows.rows.map((r) => r.idem_key), ['req_abc', 'req_abc#1', 'req_abc#2']);
+    });
+  });
 }
+
+test('a ledger made before migration 018 keeps its rows and its uniqueness when its two idem_key indexes become one (postgres)', async (t) => {
+  const fresh = await freshDatabase();
+  t.after(() => fresh.drop());
+  // The database as a build before 018 left it: migrations 001-017 applied and recorded, with ledger rows in it.
+  const dir = new URL('../dist/store/migrations/', import.meta.url);
+  const before = readdirSync(dir).filter((f) => f.endsWith('.sql') && f < '018').sort();
+  const { default: pg } = await import('pg');
+  const c = new pg.Client({ connectionString: fresh.url });
+  await c.connect();
+  try {
+    await c.query('CREATE TABLE schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
+    for (const f of before) {
+      await c.query(readFileSync(new URL(f, dir), 'utf8'));
+      await c.query('INSERT INTO schema_migrations (name) VALUES ($1)', [f]);
+    }
+    await c.query(`INSERT INTO accounts (id, email, balance_nd) VALUES ('acct_old', 'old@example.com', 0)`);
+    await c.query(`INSERT INTO ledger (account_id, idem_key, kind, amount_nd, reason) VALUES ('acct_old', 'req_old', 'debit', -5, 'chat'), ('acct_old', 'req_old#1', 'debit', -6, 'chat')`);
+    const old = await c.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'ledger' AND indexdef LIKE '%(idem_key%' ORDER BY indexname`);
+    assert.deepEqual(old.rows.map((r) => r.indexname), ['ledger_idem_key_key', 'ledger_idem_prefix']);
+  } finally { await c.end(); }
+  const db = await openPostgres(fresh.url, 2);
+  t.after(() => db.close());
+  const now = await db.query(`SELECT indexname FROM pg_indexes WHERE tablename = 'ledger' AND indexdef LIKE '%(idem_key%'`);
+  assert.deepEqual(now.rows.map((r) => r.indexname), ['ledger_idem_key']);
+  assert.deepEqual((await db.query('SELECT idem_key FROM ledger ORDER BY idem_key')).rows.map((r) => r.idem_key), ['req_old', 'req_old#1']);
+  await assert.rejects(db.query(`INSERT INTO ledger (account_id, idem_key, kind, amount_nd, reason) VALUES ('acct_old', 'req_old#1', 'debit', -1, 'x')`), (e) => e.code === '23505');
+});
 
 test('one dip under the auto top-up threshold is claimed for a charge once, however many instances see it (postgres)', async (t) => {
   const fresh = await freshDatabase();
