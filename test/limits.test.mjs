@@ -447,6 +447,41 @@ test('after Redis comes back without an owner\'s records (a restart with nothing
   assert.deepEqual(got.map((d) => [d.id, d.amount]), [['r1', 321n]], 'the debit recorded after the reconnection is handed on');
 });
 
+test('an account this instance stopped using leaves its account list once nothing of its is there, so a takeover reads only the accounts it serves; one with its hold or an unapplied settle stays, and one used again during its removal is listed again after it, so a death then still hands its debit on', { timeout: 30_000 }, async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const a = await redisLimiter(t, prefix);
+  const b = await redisLimiter(t, prefix);
+  const r = new Redis(REDIS);
+  t.after(() => r.quit());
+  const listed = async () => (await r.smembers(`${prefix}{registry}:inst:${a.owner}:accts`)).sort();
+  // u1 and u5: served and done (settled and committed). u2: a hold still open. u3: a settle recorded in its queue only.
+  for (const acct of ['u1', 'u5']) {
+    assert.equal((await admit(a, acct, `${acct}h`, 5_000n, 100_000n)).ok, true);
+    await a.settle(`${acct}h`, debit(acct, `${acct}h`, 100n), true);
+    await a.committed(acct, [`${acct}h`], { balance: { amount: 99_900n, version: 2n }, spends: [] });
+  }
+  assert.equal((await admit(a, 'u2', 'u2h', 5_000n, 100_000n)).ok, true);
+  assert.equal((await admit(a, 'u3', 'u3h', 5_000n, 100_000n)).ok, true);
+  await a.settle('u3h', debit('u3', 'u3h', 300n), true);
+  assert.equal(await r.llen(`${prefix}{u3}:setq`), 1, 'u3\'s settle is only queued');
+  assert.deepEqual(await listed(), ['u1', 'u2', 'u3', 'u5']);
+  assert.equal(await a.unlistIdle(), 0, 'none has been idle for the default ten minutes');
+  // u5 is used again in the same turn as its removal starts: its admission waits, then lists it again.
+  const removing = a.unlistIdle(0);
+  const again = admit(a, 'u5', 'u5h2', 5_000n, 99_900n, { version: 2n });
+  assert.equal(await removing, 2, 'u1 and u5 left (u2 has a hold, u3 a debit); u5\'s admission waited for that');
+  assert.equal((await again).ok, true);
+  assert.deepEqual(await listed(), ['u2', 'u3', 'u5']);
+  await a.settle('u5h2', debit('u5', 'u5h2', 500n), true);
+  await a.settle('u2h', debit('u2', 'u2h', 200n), true);
+  // a dies: every debit it recorded and did not commit is handed on, on the accounts still listed.
+  await a.close(false);
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((res) => setTimeout(res, 250)); got = await b.claimOrphans(); }
+  assert.deepEqual(got.map((d) => [d.id, d.amount]).sort(), [['u2h', 200n], ['u3h', 300n], ['u5h2', 500n]]);
+});
+
 test('a stream whose hold passes its deadline keeps it while its running record is there: a dead owner\'s (every instance down that long) is still taken over and billed, and an admission sweeping the account does not drop it', { timeout: 30_000 }, async (t) => {
   const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
   const a = await redisLimiter(t, prefix);

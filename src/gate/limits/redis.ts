@@ -550,6 +550,20 @@ local p = redis.call('HMGET', KEYS[1], 'pending', 'p:' .. ARGV[1])
 return {redis.call('HLEN', KEYS[2]), p[1] or '0', p[2] or '0'}
 `;
 
+// KEYS: sum holds pend. ARGV: owner. How many holds and pending debits of this owner the account has, its settle
+// queue applied first: none, and a takeover of this owner would find nothing on the account (see unlistIdle).
+const OWNS = `${LIB}
+apply_queued(KEYS[1])
+local n = 0
+for _, v in ipairs(redis.call('HVALS', KEYS[2])) do
+  if string.match(v, '^[^|]*|%d+|(.*)$') == ARGV[1] then n = n + 1 end
+end
+for _, v in ipairs(redis.call('HVALS', KEYS[3])) do
+  if string.match(v, '^[^|]*|%d+|([^|]*)|') == ARGV[1] then n = n + 1 end
+end
+return n
+`;
+
 // KEYS: sum pend holds. ARGV: n, n debit ids, bal, bver, m, m x (field start spent version)
 const COMMITTED = `${LIB}
 local sum, pend, holds = KEYS[1], KEYS[2], KEYS[3]
@@ -650,6 +664,7 @@ export const SCRIPTS = {
   extend: { lua: EXTEND, keys: 6 },
   shrink: { lua: SHRINK, keys: 2 },
   peek: { lua: PEEK, keys: 2 },
+  owns: { lua: OWNS, keys: 3 },
   committed: { lua: COMMITTED, keys: 3 },
   takeover: { lua: TAKEOVER, keys: 5 },
 } as const;
@@ -738,6 +753,11 @@ function inCalls<T>(items: readonly T[], call: (part: readonly T[]) => Promise<u
 /** A heartbeat every second; an owner silent for 5 s is dead and its holds and debits are taken over. */
 export const HEARTBEAT_MS = 1000;
 export const DEAD_AFTER_MS = 5000;
+/** An account this instance has not admitted or settled on for this long leaves its account list, if nothing of its is there (unlistIdle). */
+export const UNLIST_IDLE_MS = 10 * 60_000;
+/** How often the list is looked over for such accounts, and how many are checked at most each time. */
+const UNLIST_EVERY_MS = 60_000;
+const UNLIST_BATCH = 256;
 
 /** The account hash's field of a key's committed spend in its day or month ("start|spent|version"). */
 function spendField(period: 'day' | 'month', keyId: string): string {
@@ -777,8 +797,11 @@ export class RedisLimiter implements Limiter {
   private releases = new Map<string, Batch<string>>();
   private settles = new Map<string, Batch<QueuedSettle>>();
   private commits = new Map<string, Batch<{ ids: string[]; state: CommittedState }>>();
-  /** Accounts already listed under this owner (so a dead owner's accounts can be found). */
-  private readonly listed = new Set<string>();
+  /** Accounts already listed under this owner (so a dead owner's accounts can be found), with when each was last used here. */
+  private readonly listed = new Map<string, number>();
+  /** Accounts being taken off the list (unlistIdle): an admission on one waits until that is done, then lists it again. */
+  private readonly unlisting = new Map<string, Promise<void>>();
+  private lastUnlist = Date.now();
   private beat: NodeJS.Timeout | undefined;
   /** When the connection last became ready: after an outage every owner's heartbeat is stale, so takeovers wait. */
   private readyAt = Date.now();
@@ -891,6 +914,7 @@ export class RedisLimiter implements Limiter {
     const tick = () => {
       this.redis.tgBeat(this.instancesKey(), this.owner).catch(() => undefined);
       if (!this.functions) void this.loadFunctions();
+      if (Date.now() - this.lastUnlist >= UNLIST_EVERY_MS) void this.unlistIdle();
       this.beat = setTimeout(tick, HEARTBEAT_MS);
       this.beat.unref();
     };
@@ -913,9 +937,49 @@ export class RedisLimiter implements Limiter {
 
   /** Lists the account under this owner before anything of this owner's is recorded in it (same connection, so in order). */
   private list(accountId: string): void {
-    if (this.listed.has(accountId)) return;
-    this.listed.add(accountId);
+    const known = this.listed.has(accountId);
+    this.listed.set(accountId, Date.now());
+    if (known) return;
     this.redis.sadd(this.accountsOf(this.owner), accountId).catch(() => this.listed.delete(accountId));
+  }
+
+  /**
+   * Takes accounts this instance has not used for `idleMs` off its account list, so that the list (and the
+   * takeover that reads it if this instance dies) stays as long as the accounts it is serving, not every
+   * account it ever served. An account leaves only when the `owns` script finds nothing of this owner's there
+   * (no hold, no pending debit, its settle queue applied first): a takeover would find nothing in it either.
+   * Meanwhile its admissions wait (`unlisting`), and list it again once the removal is answered, so the removal
+   * can never land after a new hold's listing. Anything else this owner records on an account follows a hold
+   * the check would have seen. Returns how many left the list.
+   */
+  async unlistIdle(idleMs = UNLIST_IDLE_MS): Promise<number> {
+    this.lastUnlist = Date.now();
+    const before = Date.now() - idleMs;
+    const idle: string[] = [];
+    for (const [accountId, at] of this.listed) {
+      // An admission queued for this turn's call is not yet in Redis for the check to see: that account waits.
+      if (at <= before && !this.unlisting.has(accountId) && !this.admits.has(accountId)) idle.push(accountId);
+      if (idle.length >= UNLIST_BATCH) break;
+    }
+    let n = 0;
+    await Promise.all(idle.map((accountId) => {
+      this.listed.delete(accountId);
+      const done = (async () => {
+        let left = false;
+        try {
+          const [sum, holds, , , pend] = this.keys(accountId);
+          if (await this.script<number>('owns', sum, holds, pend, this.owner) === 0) {
+            await this.redis.srem(this.accountsOf(this.owner), accountId);
+            left = true;
+            n++;
+          }
+        } catch { /* Redis in trouble: the account stays listed */ }
+        if (!left && !this.listed.has(accountId)) this.listed.set(accountId, Date.now());
+      })().finally(() => this.unlisting.delete(accountId));
+      this.unlisting.set(accountId, done);
+      return done;
+    }));
+    return n;
   }
 
   /**
@@ -924,6 +988,8 @@ export class RedisLimiter implements Limiter {
    * (the script's start, Redis's clock, expired holds swept, the records' expiry) is paid once a turn.
    */
   admit(i: AdmitInput): Promise<AdmitOutcome> {
+    const unlisting = this.unlisting.get(i.accountId);
+    if (unlisting) return unlisting.then(() => this.admit(i));
     this.list(i.accountId);
     return new Promise<AdmitOutcome>((resolve, reject) => {
       let q = this.admits.get(i.accountId);
@@ -1090,7 +1156,9 @@ export class RedisLimiter implements Limiter {
         if ((await this.redis.set(lease, this.owner, 'PX', 30_000, 'NX')) !== 'OK') continue;
         const accounts = await this.redis.smembers(`${reg}inst:${d}:accts`);
         for (const accountId of accounts) {
-          if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.add(accountId); }
+          // An account being taken off this owner's list is listed again after that, not before (unlistIdle).
+          await this.unlisting.get(accountId);
+          if (!this.listed.has(accountId)) { await this.redis.sadd(this.accountsOf(this.owner), accountId); this.listed.set(accountId, Date.now()); }
           const flat = await this.script<string[]>('takeover', ...this.keys(accountId), d, this.owner);
           for (let i = 0; i < flat.length; i += 4) {
             out.push({ id: flat[i]!, accountId, keyId: flat[i + 1]!, amount: BigInt(flat[i + 2]!), entry: flat[i + 3]! });
