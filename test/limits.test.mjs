@@ -453,7 +453,7 @@ test('an account this instance stopped using leaves its account list once nothin
   const b = await redisLimiter(t, prefix);
   const r = new Redis(REDIS);
   t.after(() => r.quit());
-  const listed = async () => (await r.smembers(`${prefix}{registry}:inst:${a.owner}:accts`)).sort();
+  const listed = async () => (await r.smembers(`${prefix}{registry}:q:inst:${a.owner}:accts`)).sort();
   // u1 and u5: served and done (settled and committed). u2: a hold still open. u3: a settle recorded in its queue only.
   for (const acct of ['u1', 'u5']) {
     assert.equal((await admit(a, acct, `${acct}h`, 5_000n, 100_000n)).ok, true);
@@ -530,13 +530,40 @@ test('an owner listed in the registry from before the hash tags (an older versio
   // As an older version listed itself: `<prefix>instances` and `<prefix>inst:<owner>:accts`.
   const raw = new Redis(REDIS);
   t.after(() => raw.quit());
-  await raw.rename(`${prefix}{registry}:instances`, `${prefix}instances`);
-  await raw.rename(`${prefix}{registry}:inst:${a.owner}:accts`, `${prefix}inst:${a.owner}:accts`);
+  await raw.zrem(`${prefix}{registry}:q:instances`, a.owner);
+  await raw.zadd(`${prefix}instances`, 0, a.owner);
+  await raw.rename(`${prefix}{registry}:q:inst:${a.owner}:accts`, `${prefix}inst:${a.owner}:accts`);
   const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
   let got = [];
   while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
   assert.deepEqual(got.map((d) => [d.id, d.amount]), [['o0', 4_321n]]);
   assert.equal(await raw.exists(`${prefix}inst:${a.owner}:accts`), 0, 'the old listing is cleared');
+  assert.deepEqual(await b.claimOrphans(), [], 'handed on once');
+});
+
+test('an instance lists itself apart from the versions before the settle queue, whose takeover would leave its queued debits pending for good; it takes over an owner listed in theirs, its queued settles applied', { timeout: 30_000 }, async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const a = await redisLimiter(t, prefix);
+  const b = await redisLimiter(t, prefix);
+  const raw = new Redis(REDIS);
+  t.after(() => raw.quit());
+  // An earlier version reads `{registry}:instances` alone: no instance of this one is there for it to take over.
+  assert.deepEqual(await raw.zrange(`${prefix}{registry}:instances`, 0, -1), []);
+  assert.deepEqual((await raw.zrange(`${prefix}{registry}:q:instances`, 0, -1)).sort(), [a.owner, b.owner].sort());
+  // a dies with a settle only queued; its listing is moved to where an earlier version lists itself.
+  assert.equal((await admit(a, 'p', 'p0', 5_000n, 100_000n)).ok, true);
+  await a.settle('p0', debit('p', 'p0', 2_345n), true);
+  assert.equal(await raw.llen(`${prefix}{p}:setq`), 1);
+  await a.close(false);
+  await raw.zrem(`${prefix}{registry}:q:instances`, a.owner);
+  await raw.zadd(`${prefix}{registry}:instances`, 0, a.owner);
+  await raw.rename(`${prefix}{registry}:q:inst:${a.owner}:accts`, `${prefix}{registry}:inst:${a.owner}:accts`);
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  assert.deepEqual(got.map((d) => [d.id, d.amount]), [['p0', 2_345n]]);
+  assert.equal(await raw.exists(`${prefix}{registry}:inst:${a.owner}:accts`), 0, 'its listing is cleared');
+  assert.deepEqual(await raw.zrange(`${prefix}{registry}:instances`, 0, -1), []);
   assert.deepEqual(await b.claimOrphans(), [], 'handed on once');
 });
 

@@ -12,7 +12,8 @@ import { quotaArg, type AdmitInput, type AdmitOutcome, type CommittedState, type
 //   run   hash: hold id -> "amount|entry"          (what an open stream has produced: billed if its owner dies)
 //   pend  hash: debit id -> "key|amount|owner|entry" (priced, not yet committed to PostgreSQL)
 //   rpm:<key> hash: the key's request bucket (t tokens, ts time).
-// The instance registry, under the tag `{registry}` (one slot; single-key scripts and same-slot MULTIs only):
+// The instance registry, under the tag `{registry}` (one slot; single-key scripts and same-slot MULTIs only), at
+// `{registry}:q:` since the settle queue (RedisLimiter.registry says why):
 //   instances zset (owner -> last heartbeat, Redis time), inst:<owner>:accts set (accounts it touched), recover:<owner> lease.
 /** Arguments of one request in an admission call (ADMIT). */
 const ADMIT_ARGS = 16;
@@ -922,8 +923,15 @@ export class RedisLimiter implements Limiter {
     this.beat.unref();
   }
 
-  private instancesKey(): string { return `${this.prefix}{registry}:instances`; }
-  private accountsOf(owner: string): string { return `${this.prefix}{registry}:inst:${owner}:accts`; }
+  /**
+   * Where this version lists itself: apart from the registry of the versions before the settle queue
+   * (`{registry}:`, which they read alone), so that their takeover, which does not apply the queue, never
+   * takes over an instance of this one (its queued debits would be left pending under a name no takeover
+   * looks for again). This version reads theirs as well (claimOrphans), and its takeover applies the queue.
+   */
+  private get registry(): string { return `${this.prefix}{registry}:q:`; }
+  private instancesKey(): string { return `${this.registry}instances`; }
+  private accountsOf(owner: string): string { return `${this.registry}inst:${owner}:accts`; }
   /** The key's request bucket, in its account's slot (its scripts touch both). */
   private rpmKey(accountId: string, keyId: string): string { return `${this.prefix}{${accountId}}:rpm:${keyId}`; }
 
@@ -1147,9 +1155,10 @@ export class RedisLimiter implements Limiter {
     const out: PendingDebit[] = [];
     // Just back from an outage: nobody could beat meanwhile, so silence proves nothing yet.
     if (Date.now() - this.readyAt < DEAD_AFTER_MS + HEARTBEAT_MS) return out;
-    // The registry, then the one before the hash tags (`<prefix>instances`…), where an instance of an
-    // older version that died during a rolling upgrade is listed; its holds and debits are under the same keys.
-    for (const reg of [`${this.prefix}{registry}:`, this.prefix]) {
+    // This version's registry, then the earlier versions' (before the settle queue: `{registry}:`; before the
+    // hash tags: `<prefix>instances`…), where an instance of an older version that died during a rolling upgrade
+    // is listed; its holds and debits are under the same keys.
+    for (const reg of [this.registry, `${this.prefix}{registry}:`, this.prefix]) {
       const dead = (await this.redis.tgSilent(`${reg}instances`, String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
       for (const d of dead) {
         const lease = `${reg}recover:${d}`;
@@ -1169,7 +1178,7 @@ export class RedisLimiter implements Limiter {
           await this.redis.zrem(`${reg}instances`, d);
           await this.redis.del(`${reg}inst:${d}:accts`);
           await this.redis.del(lease);
-        } else await this.redis.multi().zrem(this.instancesKey(), d).del(this.accountsOf(d)).del(lease).exec();
+        } else await this.redis.multi().zrem(`${reg}instances`, d).del(`${reg}inst:${d}:accts`).del(lease).exec();
       }
     }
     return out;
