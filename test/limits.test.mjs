@@ -34,6 +34,14 @@ const admit = (l, accountId, holdId, hold, balance, o = {}) => l.admit({
   spent: { period: 'month', start: NOW, amount: o.spent ?? 0n, version: o.spentVersion ?? 1n }, ttlMs: o.ttlMs ?? 60_000, cover: o.cover,
 });
 
+/** What `l` takes over once a dead owner's silence counts (DEAD_AFTER_MS): its claimOrphans, asked every 250 ms until it hands on something, or [] after 4 s more. */
+async function takenOver(l) {
+  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
+  let got = [];
+  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await l.claimOrphans(); }
+  return got;
+}
+
 const debit = (accountId, id, amount, keyId = `key_${accountId}`) => ({
   id, accountId, keyId, amount,
   entry: JSON.stringify({ idemKey: id, nonce: 'n', accountId, keyId, kind: 'debit', amount: String(amount), reason: 'test', at: new Date().toISOString() }),
@@ -378,9 +386,7 @@ test('a Redis owner that stops beating is taken over: its holds freed, its pendi
   await new Promise((r) => setTimeout(r, 50));
   await a.close(false); // dies: no more heartbeats, nothing cleaned up
   assert.deepEqual(await b.claimOrphans(), [], 'a live-looking owner is left alone');
-  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
-  let got = [];
-  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  const got = await takenOver(b);
   assert.deepEqual(got.map((d) => [d.id, d.amount]).sort(), [['g0', 1_234n], ['g1', 777n]]);
   assert.equal(await b.openHolds('g'), 0, 'the dead owner\'s holds are freed');
   assert.deepEqual(await b.claimOrphans(), [], 'each is handed on once');
@@ -410,9 +416,7 @@ test('a settle only recorded when its owner dies (its bookkeeping not yet applie
   assert.equal(await r.hlen(`${prefix}{q}:holds`), 2);
   assert.equal(await r.hlen(`${prefix}{q}:pend`), 0);
   await a.close(false); // dies before any script on the account: no heartbeat, nothing cleaned up
-  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
-  let got = [];
-  while (got.length === 0 && Date.now() < deadline) { await new Promise((res) => setTimeout(res, 250)); got = await b.claimOrphans(); }
+  const got = await takenOver(b);
   assert.deepEqual(got.map((d) => [d.id, d.amount]).sort(), [['q0', 1_234n], ['q1', 2_000n]]);
   assert.deepEqual(got.map((d) => d.entry).sort(), [d0.entry, d1.entry].sort(), 'each entry handed on as it was settled');
   assert.equal(await r.llen(`${prefix}{q}:setq`), 0, 'the queue was applied');
@@ -441,9 +445,7 @@ test('after Redis comes back without an owner\'s records (a restart with nothing
   assert.equal((await admit(a, 'r', 'r1', 5_000n, 99_900n, { version: 2n })).ok, true);
   await a.settle('r1', debit('r', 'r1', 321n), true);
   await a.close(false);
-  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
-  let got = [];
-  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  const got = await takenOver(b);
   assert.deepEqual(got.map((d) => [d.id, d.amount]), [['r1', 321n]], 'the debit recorded after the reconnection is handed on');
 });
 
@@ -476,9 +478,7 @@ test('an account this instance stopped using leaves its account list once nothin
   await a.settle('u2h', debit('u2', 'u2h', 200n), true);
   // a dies: every debit it recorded and did not commit is handed on, on the accounts still listed.
   await a.close(false);
-  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
-  let got = [];
-  while (got.length === 0 && Date.now() < deadline) { await new Promise((res) => setTimeout(res, 250)); got = await b.claimOrphans(); }
+  const got = await takenOver(b);
   assert.deepEqual(got.map((d) => [d.id, d.amount]).sort(), [['u2h', 200n], ['u3h', 300n], ['u5h2', 500n]]);
 });
 
@@ -495,9 +495,7 @@ test('a stream whose hold passes its deadline keeps it while its running record 
   const b = await redisLimiter(t, prefix);                        // an instance comes up, and a request of the account arrives first
   assert.equal((await ttlAdmit(b, 'w2', 60_000)).ok, true);
   assert.equal(await b.openHolds('w'), 2, 'the hold with no output is dropped; the stream\'s is kept with its running record');
-  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
-  let got = [];
-  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  const got = await takenOver(b);
   assert.deepEqual(got.map((d) => [d.id, d.amount]), [['w1', 777n]], 'the takeover bills the stream\'s output');
   assert.equal(await b.openHolds('w'), 1, 'and frees its hold');
 });
@@ -533,9 +531,7 @@ test('an owner listed in the registry from before the hash tags (an older versio
   await raw.zrem(`${prefix}{registry}:q:instances`, a.owner);
   await raw.zadd(`${prefix}instances`, 0, a.owner);
   await raw.rename(`${prefix}{registry}:q:inst:${a.owner}:accts`, `${prefix}inst:${a.owner}:accts`);
-  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
-  let got = [];
-  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  const got = await takenOver(b);
   assert.deepEqual(got.map((d) => [d.id, d.amount]), [['o0', 4_321n]]);
   assert.equal(await raw.exists(`${prefix}inst:${a.owner}:accts`), 0, 'the old listing is cleared');
   assert.deepEqual(await b.claimOrphans(), [], 'handed on once');
@@ -558,9 +554,7 @@ test('an instance lists itself apart from the versions before the settle queue, 
   await raw.zrem(`${prefix}{registry}:q:instances`, a.owner);
   await raw.zadd(`${prefix}{registry}:instances`, 0, a.owner);
   await raw.rename(`${prefix}{registry}:q:inst:${a.owner}:accts`, `${prefix}{registry}:inst:${a.owner}:accts`);
-  const deadline = Date.now() + DEAD_AFTER_MS + 4_000;
-  let got = [];
-  while (got.length === 0 && Date.now() < deadline) { await new Promise((r) => setTimeout(r, 250)); got = await b.claimOrphans(); }
+  const got = await takenOver(b);
   assert.deepEqual(got.map((d) => [d.id, d.amount]), [['p0', 2_345n]]);
   assert.equal(await raw.exists(`${prefix}{registry}:inst:${a.owner}:accts`), 0, 'its listing is cleared');
   assert.deepEqual(await raw.zrange(`${prefix}{registry}:instances`, 0, -1), []);

@@ -930,8 +930,10 @@ export class RedisLimiter implements Limiter {
    * looks for again). This version reads theirs as well (claimOrphans), and its takeover applies the queue.
    */
   private get registry(): string { return `${this.prefix}{registry}:q:`; }
-  private instancesKey(): string { return `${this.registry}instances`; }
-  private accountsOf(owner: string): string { return `${this.registry}inst:${owner}:accts`; }
+  /** A registry's instance list (this version's by default). */
+  private instancesKey(reg = this.registry): string { return `${reg}instances`; }
+  /** An owner's account list in a registry (this version's by default). */
+  private accountsOf(owner: string, reg = this.registry): string { return `${reg}inst:${owner}:accts`; }
   /** The key's request bucket, in its account's slot (its scripts touch both). */
   private rpmKey(accountId: string, keyId: string): string { return `${this.prefix}{${accountId}}:rpm:${keyId}`; }
 
@@ -969,25 +971,26 @@ export class RedisLimiter implements Limiter {
       if (at <= before && !this.unlisting.has(accountId) && !this.admits.has(accountId)) idle.push(accountId);
       if (idle.length >= UNLIST_BATCH) break;
     }
-    let n = 0;
-    await Promise.all(idle.map((accountId) => {
+    const left = await Promise.all(idle.map((accountId) => {
       this.listed.delete(accountId);
-      const done = (async () => {
-        let left = false;
-        try {
-          const [sum, holds, , , pend] = this.keys(accountId);
-          if (await this.script<number>('owns', sum, holds, pend, this.owner) === 0) {
-            await this.redis.srem(this.accountsOf(this.owner), accountId);
-            left = true;
-            n++;
-          }
-        } catch { /* Redis in trouble: the account stays listed */ }
-        if (!left && !this.listed.has(accountId)) this.listed.set(accountId, Date.now());
-      })().finally(() => this.unlisting.delete(accountId));
-      this.unlisting.set(accountId, done);
+      const done = this.unlist(accountId).finally(() => this.unlisting.delete(accountId));
+      this.unlisting.set(accountId, done.then(() => undefined));
       return done;
     }));
-    return n;
+    return left.filter(Boolean).length;
+  }
+
+  /** One account of unlistIdle: off the list when nothing of this owner's is there; true when it left. */
+  private async unlist(accountId: string): Promise<boolean> {
+    try {
+      const [sum, holds, , , pend] = this.keys(accountId);
+      if (await this.script<number>('owns', sum, holds, pend, this.owner) === 0) {
+        await this.redis.srem(this.accountsOf(this.owner), accountId);
+        return true;
+      }
+    } catch { /* Redis in trouble: the account stays listed */ }
+    if (!this.listed.has(accountId)) this.listed.set(accountId, Date.now());
+    return false;
   }
 
   /**
@@ -1159,11 +1162,11 @@ export class RedisLimiter implements Limiter {
     // hash tags: `<prefix>instances`…), where an instance of an older version that died during a rolling upgrade
     // is listed; its holds and debits are under the same keys.
     for (const reg of [this.registry, `${this.prefix}{registry}:`, this.prefix]) {
-      const dead = (await this.redis.tgSilent(`${reg}instances`, String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
+      const dead = (await this.redis.tgSilent(this.instancesKey(reg), String(DEAD_AFTER_MS))).filter((o) => o !== this.owner);
       for (const d of dead) {
         const lease = `${reg}recover:${d}`;
         if ((await this.redis.set(lease, this.owner, 'PX', 30_000, 'NX')) !== 'OK') continue;
-        const accounts = await this.redis.smembers(`${reg}inst:${d}:accts`);
+        const accounts = await this.redis.smembers(this.accountsOf(d, reg));
         for (const accountId of accounts) {
           // An account being taken off this owner's list is listed again after that, not before (unlistIdle).
           await this.unlisting.get(accountId);
@@ -1175,10 +1178,10 @@ export class RedisLimiter implements Limiter {
         }
         // The old registry's keys are in three slots: one command each (the lease last, so a failure retries).
         if (reg === this.prefix) {
-          await this.redis.zrem(`${reg}instances`, d);
-          await this.redis.del(`${reg}inst:${d}:accts`);
+          await this.redis.zrem(this.instancesKey(reg), d);
+          await this.redis.del(this.accountsOf(d, reg));
           await this.redis.del(lease);
-        } else await this.redis.multi().zrem(`${reg}instances`, d).del(`${reg}inst:${d}:accts`).del(lease).exec();
+        } else await this.redis.multi().zrem(this.instancesKey(reg), d).del(this.accountsOf(d, reg)).del(lease).exec();
       }
     }
     return out;
