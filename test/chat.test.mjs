@@ -3,6 +3,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startGateway, bearer, chatBody, assertInvariants, priceNano, dollarsToNano, balanceNano } from './helpers/gateway.mjs';
 import { startSim } from '../dist/sim/index.js';
+import { createServer } from 'node:http';
+import { connect } from 'node:net';
 
 const post = (gw, key, body, extra = {}, signal) =>
   gw.fetch('/v1/chat/completions', { method: 'POST', headers: { ...bearer(key), ...extra }, body, signal });
@@ -188,4 +190,42 @@ test('an unknown model is 404 model_not_found naming the nearest model', async (
   const alias = await post(gw, key, chatBody({ model: 'tollgate-27b' }));
   assert.equal(alias.status, 200, 'an alias resolves');
   assert.equal((await alias.json()).model, 'sim-chat');
+});
+
+test('a stream\'s status line and headers reach the client in one piece with its first event, not in a send of their own', async (t) => {
+  // An upstream that answers with its headers at once and its first event 300 ms later (a model's prompt
+  // processing): a gateway that sent the client its headers as soon as the upstream's came sent them on
+  // their own, and uWS ends a streamed response's header block only at its first body bytes, so that send
+  // was of no use to the client, a system call on each side for nothing.
+  const chunk = (delta, finish = null) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm',
+    choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  const up = createServer((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.flushHeaders();
+    setTimeout(() => res.end(chunk({ role: 'assistant', content: 'Hi' }) + chunk({}, 'stop')
+      + `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } })}\n\ndata: [DONE]\n\n`), 300);
+  });
+  await new Promise((r) => up.listen(0, '127.0.0.1', r));
+  t.after(() => up.close());
+  const gw = await startGateway(t, { store: 'pglite', upstreams: { sim: { base_url: `http://127.0.0.1:${up.address().port}` } } });
+  const { key } = await gw.account('2');
+  const { hostname, port } = new URL(gw.url);
+  const body = chatBody({ max_tokens: 3, stream: true });
+  const sock = connect(Number(port), hostname);
+  t.after(() => sock.destroy());
+  const reads = [];
+  const done = new Promise((resolve) => {
+    sock.on('data', (d) => { reads.push({ at: Date.now(), text: d.toString() }); if (reads.map((r) => r.text).join('').includes('data: [DONE]')) resolve(); });
+  });
+  const sent = Date.now();
+  sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: ${hostname}\r\nAuthorization: Bearer ${key}\r\nContent-Type: application/json\r\n`
+    + `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  await done;
+  const first = reads[0];
+  assert.match(first.text, /^HTTP\/1\.1 200 OK\r\n/);
+  const end = first.text.indexOf('\r\n\r\n');
+  assert.ok(end > 0, `the first bytes the client got hold the whole header block: ${JSON.stringify(first.text)}`);
+  assert.match(first.text.slice(end + 4), /data: \{/, 'and the first event with it');
+  assert.ok(first.at - sent >= 250, `nothing came before the upstream's first event (the first bytes came ${first.at - sent} ms after the request)`);
 });

@@ -15,6 +15,8 @@ export type Headers = Record<string, string>;
 /** Response headers: a list is written once per value (several Set-Cookie). */
 export type OutHeaders = Record<string, string | readonly string[]>;
 
+interface PendingHead { headers: Headers; overhead: string | null }
+
 /** Until a route's family is known: the plain `{error: {...}}` shape. */
 const PLAIN: ErrorRenderer = {
   render: (err) => JSON.stringify({ error: { message: err.message, type: err.type, param: err.param, code: err.code } }),
@@ -48,6 +50,8 @@ export class Ctx {
   trace: RequestTrace | null = null;
   private readonly abortHandlers: (() => void)[] = [];
   private writableWaiter: (() => void) | null = null;
+  /** A streamed response's status and headers, begun and not yet written (they go with its first bytes). */
+  private head: PendingHead | null = null;
 
   constructor(readonly res: HttpOut, req: HttpIn) {
     this.method = req.getCaseSensitiveMethod().toUpperCase();
@@ -118,18 +122,28 @@ export class Ctx {
     this.send(err.status, this.family.render(err, this.requestId), err.headers);
   }
 
-  /** Starts a streamed response; the body follows through write() and end(). */
+  /**
+   * Starts a streamed response; the body follows through write() and end(). The status and headers go
+   * out with the first write (or the end), in the same send: uWS ends a streamed response's header block
+   * (its `Transfer-Encoding: chunked` and blank line) only at its first body bytes, so written here they
+   * were a send of their own that no client could use yet, one system call per stream more on each side.
+   */
   begin(status: number, headers: Headers): void {
     if (!this.live || this.headersSent) return;
     this.status = status;
     this.headersSent = true;
-    this.res.cork(() => {
-      this.res.writeStatus(statusLine(status));
-      this.res.writeHeader('x-request-id', this.requestId);
-      if (this.headers[OVERHEAD_ASKED] !== undefined) this.res.writeHeader(OVERHEAD_HEADER, this.overheadMs());
-      this.writeRateHeaders(headers);
-      for (const k in headers) this.res.writeHeader(k, headers[k]!);
-    });
+    // The overhead so far is read now, when the upstream's headers are in, as it was when they went out here.
+    this.head = { headers, overhead: this.headers[OVERHEAD_ASKED] !== undefined ? this.overheadMs() : null };
+  }
+
+  /** The streamed response's status and headers (begin), inside the cork of its first write or its end. */
+  private writeHead(head: PendingHead): void {
+    this.head = null;
+    this.res.writeStatus(statusLine(this.status));
+    this.res.writeHeader('x-request-id', this.requestId);
+    if (head.overhead !== null) this.res.writeHeader(OVERHEAD_HEADER, head.overhead);
+    this.writeRateHeaders(head.headers);
+    for (const k in head.headers) this.res.writeHeader(k, head.headers[k]!);
   }
 
   private writeRateHeaders(given: OutHeaders): void {
@@ -141,7 +155,10 @@ export class Ctx {
   write(chunk: Uint8Array | string): Promise<void> | undefined {
     if (!this.live) return undefined;
     let ok = true;
-    this.res.cork(() => { ok = this.res.write(chunk); });
+    this.res.cork(() => {
+      if (this.head) this.writeHead(this.head);
+      ok = this.res.write(chunk);
+    });
     if (ok) return undefined;
     return new Promise((resolve) => {
       this.writableWaiter = () => { this.writableWaiter = null; resolve(); };
@@ -152,7 +169,10 @@ export class Ctx {
   end(chunk?: Uint8Array | string): void {
     if (!this.live) return;
     this.finished = true;
-    this.res.cork(() => { this.res.end(chunk); });
+    this.res.cork(() => {
+      if (this.head) this.writeHead(this.head);
+      this.res.end(chunk);
+    });
   }
 
   /** Drops the connection (a stream that cannot be completed). */
