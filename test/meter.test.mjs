@@ -249,6 +249,23 @@ test('a stream that names the upstream\'s model is forwarded naming ours, every 
   assert.equal(JSON.parse(run(cont, { model: 'gemma', stripChunkUsage: true }, 100_000).out.slice(6)).model, 'gemma');
 });
 
+test('a renamed chunk keeps every other byte as it came, even bytes that are not UTF-8, at every read size', () => {
+  // A host that cuts a character short (0xe6 0x97: the first two of 日's three bytes) or sends a stray byte
+  // (0xff): a name put in as bytes leaves them be, where decoding the chunk to rename it turned each into U+FFFD.
+  const event = (model) => Buffer.concat([Buffer.from(`data: {"id":"c1","model":"${model}","choices":[{"index":0,"delta":{"content":"a`),
+    Buffer.from([0xe6, 0x97, 0x20, 0xff]), Buffer.from('b"},"finish_reason":null}]}\n\n')]);
+  const upstream = Buffer.concat([event(UP), Buffer.from('data: [DONE]\n\n')]);
+  const expected = Buffer.concat([event('gemma-3-27b-it'), Buffer.from('data: [DONE]\n\n')]);
+  for (const cut of [1, 2, 3, 5, 7, 64, 100_000]) {
+    const m = new SseMeter({ stripUsageChunk: false, stripChunkUsage: false, model: 'gemma-3-27b-it' });
+    const out = [];
+    for (let i = 0; i < upstream.length; i += cut) out.push(Buffer.from(m.onData(upstream.subarray(i, i + cut))));
+    assert.deepEqual(Buffer.concat(out), expected, `cut ${cut}`);
+    assert.equal(m.producedTokens(), 1);
+    assert.ok(m.done);
+  }
+});
+
 test('the common chunk is read in one pass as JSON reads it: escapes, nesting, key order and spacing', () => {
   // [the chunk's JSON, whether it carried output, the JSON forwarded with our model (null: as it came)]
   const cases = [

@@ -2,7 +2,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { Meter } from '../exchange/meter.js';
 import { usage, type Usage } from '../exchange/usage.js';
-import { nameModel, stringEnd, valueAt } from './model-name.js';
+import { nameModel } from './model-name.js';
 import { COST_MARK, putCost } from './cost-mark.js';
 
 export interface StreamUsage { input: number; output: number; reasoning: number }
@@ -57,12 +57,15 @@ const LF = 0x0a;
 
 /**
  * Relays an OpenAI-style chat/completions event stream and meters it. Most events are a token's
- * chunk with one choice and no usage: those are read by a scan of the text, without JSON.parse (at
- * 3,000 open streams, parsing every chunk was 6% of the gateway's busy CPU, and garbage for the GC). An
- * event with usage, several choices, or anything unusual is parsed whole. Events are split on blank
- * lines (LF or CRLF); bytes are decoded across chunk boundaries, so a character split between two
- * TCP reads survives; a chunk that is whole events, unchanged, is forwarded as the same bytes. An
- * event whose `model` is not the id Tollgate answers with (`opts.model`) has that one value replaced.
+ * chunk with one choice and no usage: those are read by a scan of their bytes, without decoding them or
+ * JSON.parse (at 3,000 open streams, parsing every chunk was 6% of the gateway's busy CPU, and garbage
+ * for the GC). An event with usage, several choices, or anything unusual is decoded and parsed whole.
+ * Events are split on blank lines (LF or CRLF), and a part of an event is kept as bytes until the rest
+ * comes, so a character split between two TCP reads is decoded whole; a chunk that is whole events,
+ * unchanged, is forwarded as the same bytes. An event whose `model` is not the id Tollgate answers with
+ * (`opts.model`) has that one value replaced, as bytes: the renamed chunk goes out as a Buffer spliced
+ * from the upstream's, with no string made of it on the way (docs/benchmarks.md, "The stream meter on
+ * bytes"). A stream that is translated (Responses, realtime) is decoded as text, event by event.
  */
 export class SseMeter implements Meter {
   readonly mode = 'stream';
@@ -79,12 +82,18 @@ export class SseMeter implements Meter {
   /** Chunks that carried generated text/arguments, per choice: the fallback count of produced tokens. */
   private deltas = 0;
   private started = false;
+  /** A translated stream's events, as text. */
   private readonly events = new SseEvents();
+  /** The bytes of an event not yet whole (a copy, so no read's buffer is kept alive with it). */
+  private pending: Buffer | null = null;
   /** `opts.model` as JSON text, or null when chunks keep the upstream's name. */
   private readonly ours: string | null;
+  /** The same as UTF-8 bytes, spliced into a chunk in place of the upstream's name. */
+  private readonly oursBytes: Buffer | null;
 
   constructor(private readonly opts: SseMeterOptions) {
     this.ours = opts.model === undefined ? null : JSON.stringify(opts.model);
+    this.oursBytes = this.ours === null ? null : Buffer.from(this.ours);
   }
 
   onResponse(): { contentType: string } {
@@ -92,20 +101,35 @@ export class SseMeter implements Meter {
   }
 
   onData(chunk: Buffer): Buffer | string {
-    const fresh = this.events.clear;
+    if (this.opts.translate) return this.translated(chunk);
+    const fresh = this.pending === null;
+    const b = fresh ? chunk : Buffer.concat([this.pending!, chunk]);
+    this.pending = null;
+    // What goes out, once an event differs: the events before it as they came, then each one's output.
+    let out: (Buffer | string)[] | null = null;
+    let start = 0;
+    for (let end = byteEventEnd(b, 0); end > 0; end = byteEventEnd(b, start)) {
+      const fwd = this.byteEvent(b, start, end);
+      if (fwd !== null) (out ??= start > 0 ? [b.subarray(0, start)] : []).push(fwd);
+      else if (out !== null) out.push(b.subarray(start, end));
+      start = end;
+    }
+    if (start < b.length) this.pending = Buffer.from(b.subarray(start));
+    // The chunk itself when it held whole events, all unchanged, and nothing of it stays behind.
+    if (out === null) return fresh && start === b.length ? chunk : start > 0 ? b.subarray(0, start) : '';
+    if (out.length === 1) return out[0]!;
+    return Buffer.concat(out.map((o) => (typeof o === 'string' ? Buffer.from(o) : o)));
+  }
+
+  /** A translated stream's read: its events decoded, each re-shaped by `opts.translate`. */
+  private translated(chunk: Buffer): string {
     let out = '';
-    let same = true;
     if (!this.started) {
       this.started = true;
-      if (this.opts.translate) { out = this.opts.translate.start(); same = false; }
+      out = this.opts.translate!.start();
     }
-    for (const raw of this.events.push(chunk)) {
-      const fwd = this.event(raw);
-      if (fwd !== raw) same = false;
-      out += fwd;
-    }
-    // The chunk itself when it held whole events, all unchanged, and nothing of it stays behind.
-    return fresh && same && this.events.clear ? chunk : out;
+    for (const raw of this.events.push(chunk)) out += this.event(raw);
+    return out;
   }
 
   onEnd(): string {
@@ -134,6 +158,31 @@ export class SseMeter implements Meter {
     return Math.max(this.deltas, this.reported?.output ?? 0);
   }
 
+  /**
+   * One whole event (`b[start, end)`, its blank line included): null when it goes on as it came, else what
+   * goes in its place. The common chunk (one line, one object, one choice, no usage) is read by the byte
+   * scan; anything else is decoded and handled as text (`event`).
+   */
+  private byteEvent(b: Buffer, start: number, end: number): Buffer | string | null {
+    if (!(b[start] === 0x64 && b[start + 1] === 0x61 && b[start + 2] === 0x74 && b[start + 3] === 0x61 && b[start + 4] === 0x3a)) return null; // comments, event: lines, keep-alives
+    let from = start + DATA.length;
+    while (b[from] === 0x20) from++;
+    const nl = b.indexOf(LF, from); // an event holds its blank line, so a line feed comes before `end`
+    const to = b[nl - 1] === 0x0d ? nl - 1 : nl;
+    // One line (its line feed, then the blank line: LF, or CR LF), one object, one choice (one finish_reason key), no usage.
+    if (b[from] === 0x7b && (end === nl + 2 || (end === nl + 3 && b[nl + 1] === 0x0d)) && bytes.read(b, from, to)
+      && bytes.finishReasons === 1 && !bytes.usage && !(this.opts.promptProgress && bytes.progress > 0)) {
+      if (bytes.output) this.deltas++;
+      const ours = this.oursBytes, at = bytes.modelFrom, e = bytes.modelTo;
+      if (ours === null || at < 0 || (e - at === ours.length && holds(b, at, ours))) return null;
+      return Buffer.concat([b.subarray(start, at), ours, b.subarray(e, end)]);
+    }
+    const raw = b.toString('utf8', start, end);
+    const fwd = this.event(raw);
+    return fwd === raw ? null : fwd;
+  }
+
+  /** One whole event as text: the end marker, or an event parsed whole (a translated stream's every event). */
   private event(raw: string): string {
     if (!raw.startsWith(DATA)) return raw; // comments, event: lines, keep-alives pass through
     let from = DATA.length;
@@ -143,14 +192,6 @@ export class SseMeter implements Meter {
     if (raw.charCodeAt(from) === 0x5b && raw.slice(from, to).trim() === '[DONE]') {
       this.done = true;
       return this.opts.translate ? this.opts.translate.done(this.opts.cost?.(this.usage())) : raw;
-    }
-    // The common chunk: one line, one object, one choice (one finish_reason key), no usage.
-    if (!this.opts.translate && raw.charCodeAt(from) === 0x7b && raw.indexOf('\n', nl + 1) === raw.length - 1 && scan.read(raw, from, to)
-      && scan.finishReasons === 1 && !scan.usage && !(this.opts.promptProgress && scan.progress > 0)) {
-      if (scan.output) this.deltas++;
-      const ours = this.ours, at = scan.modelFrom, end = scan.modelTo;
-      if (ours === null || at < 0 || (end - at === ours.length && raw.startsWith(ours, at))) return raw;
-      return raw.slice(0, at) + ours + raw.slice(end);
     }
     const fwd = this.parsed(raw, raw.slice(from, to).trim());
     return fwd === raw ? this.named(raw, from, to) : fwd;
@@ -251,13 +292,57 @@ function eventEnd(s: string, from: number): number {
   return -1;
 }
 
+/** The end (exclusive) of the first event in `b` from `from`: just past its blank line (LF LF or CRLF CRLF); -1 if none yet. */
+function byteEventEnd(b: Buffer, from: number): number {
+  for (let i = b.indexOf(LF, from); i >= 0; i = b.indexOf(LF, i + 1)) {
+    const next = b[i + 1];
+    if (next === LF) return i + 2;
+    if (next === 0x0d && b[i + 2] === LF) return i + 3;
+  }
+  return -1;
+}
+
+const isSpace = (c: number | undefined) => c === 0x20 || c === 0x09 || c === 0x0d || c === 0x0a;
+
+/** Where the value of the key that ends just before `i` starts, or -1 when `i` is not followed by `:` (not a key). */
+function valueAt(b: Buffer, i: number): number {
+  while (isSpace(b[i])) i++;
+  if (b[i] !== 0x3a) return -1;
+  i++;
+  while (isSpace(b[i])) i++;
+  return i;
+}
+
 /**
- * What one pass over a chunk's JSON text found: the keys the common chunk's fast path decides on. In JSON
+ * Just past the closing quote of the JSON string that opens at `i`; -1 when it does not close before `to`. A
+ * backslash escapes the byte after it; in UTF-8 no byte of a multi-byte character is a quote or a backslash.
+ */
+function stringEnd(b: Buffer, i: number, to: number): number {
+  for (let j = i + 1; j < to; j++) {
+    const c = b[j];
+    if (c === 0x5c) j++;
+    else if (c === 0x22) return j + 1;
+  }
+  return -1;
+}
+
+/** `b` holds the bytes of `key` at `at`. */
+function holds(b: Buffer, at: number, key: Buffer): boolean {
+  for (let k = 0; k < key.length; k++) if (b[at + k] !== key[k]) return false;
+  return true;
+}
+
+const K_USAGE = Buffer.from('"usage"'), K_MODEL = Buffer.from('"model"'), K_FINISH = Buffer.from('"finish_reason"');
+const K_PROGRESS = Buffer.from('"prompt_progress"'), K_CONTENT = Buffer.from('"content"'), K_TEXT = Buffer.from('"text"');
+const K_REASONING = Buffer.from('"reasoning_content"'), K_ARGUMENTS = Buffer.from('"arguments"'), K_NULL = Buffer.from('null');
+
+/**
+ * What one pass over a chunk's JSON bytes found: the keys the common chunk's fast path decides on. In JSON
  * text an unescaped quote only ever delimits a string, so a quoted name followed by a colon is an object
- * key, never text inside a value: the scan cannot be fooled by what the model wrote. One pass of our own
- * replaced up to nine `indexOf` scans (each key's, and the model's) and the rename's second walk: each
- * search paid its set-up per call, and the meter took 1.6 µs a chunk with the model renamed, 0.95 now
- * (`bench/meter.mjs`; docs/benchmarks.md, "The stream meter in one pass").
+ * key, never text inside a value: the scan cannot be fooled by what the model wrote. It reads the bytes as
+ * they came: every byte it looks for is ASCII, and none is ever part of a multi-byte character, so nothing
+ * is decoded. One pass of our own replaced up to nine `indexOf` scans (each key's, and the model's) and the
+ * rename's second walk (docs/benchmarks.md, "The stream meter in one pass").
  */
 class ChunkScan {
   /** `finish_reason` keys (one per choice). */
@@ -272,56 +357,58 @@ class ChunkScan {
   modelFrom = -1;
   modelTo = -1;
 
-  /** Scans `s` from `from` (an object's `{`) to `to`; false when the text is not one whole object (nothing read can be trusted then). */
-  read(s: string, from: number, to: number): boolean {
+  /** Scans `b` from `from` (an object's `{`) to `to`; false when the bytes are not one whole object (nothing read can be trusted then). */
+  read(b: Buffer, from: number, to: number): boolean {
     this.finishReasons = 0; this.usage = false; this.progress = 0; this.output = false; this.modelFrom = -1; this.modelTo = -1;
     let depth = 0;
     for (let i = from; i < to; i++) {
-      const c = s.charCodeAt(i);
+      const c = b[i];
       if (c === 0x22) {
-        const end = stringEnd(s, i, to);
+        const end = stringEnd(b, i, to);
         if (end < 0) return false;
-        const v = valueAt(s, end);
-        i = (v >= 0 ? this.key(s, i, end - i, v, depth, to) : end) - 1;
+        const v = valueAt(b, end);
+        i = (v >= 0 ? this.key(b, i, end - i, v, depth, to) : end) - 1;
       } else if (c === 0x7b || c === 0x5b) depth++;
       else if (c === 0x7d || c === 0x5d) {
-        if (--depth === 0) return i === to - 1 || s.slice(i + 1, to).trim() === '';
+        if (--depth !== 0) continue;
+        for (let j = i + 1; j < to; j++) if (!isSpace(b[j])) return false;
+        return true;
       }
     }
     return false;
   }
 
   /**
-   * The key `s[at, at + len)` (quotes included), its value at `v`. Returns where the scan goes on: just past
+   * The key `b[at, at + len)` (quotes included), its value at `v`. Returns where the scan goes on: just past
    * the key, or past the model's string once this has found its end (so it is not looked for twice).
    */
-  private key(s: string, at: number, len: number, v: number, depth: number, to: number): number {
+  private key(b: Buffer, at: number, len: number, v: number, depth: number, to: number): number {
     const next = at + len;
-    const c1 = s.charCodeAt(at + 1);
+    const c1 = b[at + 1];
     switch (len) {
       case 7: // "usage" "model"
-        if (c1 === 0x75 && s.startsWith('"usage"', at)) { if (!s.startsWith('null', v)) this.usage = true; }
-        else if (c1 === 0x6d && depth === 1 && s.startsWith('"model"', at) && s.charCodeAt(v) === 0x22) {
-          const end = stringEnd(s, v, to);
+        if (c1 === 0x75 && holds(b, at, K_USAGE)) { if (!holds(b, v, K_NULL)) this.usage = true; }
+        else if (c1 === 0x6d && depth === 1 && holds(b, at, K_MODEL) && b[v] === 0x22) {
+          const end = stringEnd(b, v, to);
           if (end > 0) { this.modelFrom = v; this.modelTo = end; return end; }
         }
         return next;
-      case 15: if (c1 === 0x66 && s.startsWith('"finish_reason"', at)) this.finishReasons++; return next;
-      case 17: if (c1 === 0x70 && s.startsWith('"prompt_progress"', at)) this.progress++; return next;
-      case 9: if (c1 !== 0x63 || !s.startsWith('"content"', at)) return next; break;
-      case 6: if (c1 !== 0x74 || !s.startsWith('"text"', at)) return next; break;
-      case 19: if (c1 !== 0x72 || !s.startsWith('"reasoning_content"', at)) return next; break;
-      case 11: if (c1 !== 0x61 || !s.startsWith('"arguments"', at)) return next; break;
+      case 15: if (c1 === 0x66 && holds(b, at, K_FINISH)) this.finishReasons++; return next;
+      case 17: if (c1 === 0x70 && holds(b, at, K_PROGRESS)) this.progress++; return next;
+      case 9: if (c1 !== 0x63 || !holds(b, at, K_CONTENT)) return next; break;
+      case 6: if (c1 !== 0x74 || !holds(b, at, K_TEXT)) return next; break;
+      case 19: if (c1 !== 0x72 || !holds(b, at, K_REASONING)) return next; break;
+      case 11: if (c1 !== 0x61 || !holds(b, at, K_ARGUMENTS)) return next; break;
       default: return next;
     }
     // An output key: a non-empty string value is output.
-    if (s.charCodeAt(v) === 0x22 && s.charCodeAt(v + 1) !== 0x22) this.output = true;
+    if (b[v] === 0x22 && b[v + 1] !== 0x22) this.output = true;
     return next;
   }
 }
 
 /** The scan's one instance: each use reads it at once, before anything else can scan. */
-const scan = new ChunkScan();
+const bytes = new ChunkScan();
 
 /**
  * A usage block as the hosts report it, in either API's names: chat (`prompt_tokens`,
