@@ -4,7 +4,7 @@ const KEY = '"model"';
 const isSpace = (c: number) => c === 0x20 || c === 0x09 || c === 0x0d || c === 0x0a;
 
 /** Where the value of the key that ends just before `i` starts, or -1 when `i` is not followed by `:` (not a key). */
-export function valueAt(s: string, i: number): number {
+function valueAt(s: string, i: number): number {
   while (isSpace(s.charCodeAt(i))) i++;
   if (s.charCodeAt(i) !== 0x3a) return -1;
   i++;
@@ -13,7 +13,7 @@ export function valueAt(s: string, i: number): number {
 }
 
 /** Just past the closing quote of the JSON string that opens at `i`; -1 when it does not close before `to`. */
-export function stringEnd(s: string, i: number, to: number): number {
+function stringEnd(s: string, i: number, to: number): number {
   // From quote to quote (a native search, faster than reading each character here); a quote after an odd
   // run of backslashes is escaped, inside the string.
   for (let j = s.indexOf('"', i + 1); j >= 0 && j < to; j = s.indexOf('"', j + 1)) {

@@ -261,15 +261,9 @@ export class SseMeter implements Meter {
 export class SseEvents {
   private pending = '';
   private readonly decoder = new StringDecoder('utf8');
-  /** The last read ended on a line feed: the decoder holds no part of a character. */
-  private aligned = true;
-
-  /** Nothing is held back: no part of an event, no part of a character. */
-  get clear(): boolean { return this.pending.length === 0 && this.aligned; }
 
   /** Feeds one read; returns the events it completes, in order. */
   push(chunk: Buffer): string[] {
-    if (chunk.length > 0) this.aligned = chunk[chunk.length - 1] === LF;
     const text = this.pending + this.decoder.write(chunk);
     const events: string[] = [];
     let start = 0;
