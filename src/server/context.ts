@@ -98,16 +98,7 @@ export class Ctx {
     this.finished = true;
     this.headersSent = true;
     this.res.cork(() => {
-      this.res.writeStatus(statusLine(status));
-      this.res.writeHeader('content-type', contentType);
-      this.res.writeHeader('x-request-id', this.requestId);
-      if (this.headers[OVERHEAD_ASKED] !== undefined) this.res.writeHeader(OVERHEAD_HEADER, this.overheadMs());
-      this.writeRateHeaders(headers);
-      for (const k in headers) {
-        const v = headers[k]!;
-        if (typeof v === 'string') this.res.writeHeader(k, v);
-        else for (const one of v) this.res.writeHeader(k, one);
-      }
+      this.writeHeadLines(status, headers, this.overheadAsked(), contentType);
       this.res.end(body);
     });
   }
@@ -133,17 +124,36 @@ export class Ctx {
     this.status = status;
     this.headersSent = true;
     // The overhead so far is read now, when the upstream's headers are in, as it was when they went out here.
-    this.head = { headers, overhead: this.headers[OVERHEAD_ASKED] !== undefined ? this.overheadMs() : null };
+    this.head = { headers, overhead: this.overheadAsked() };
   }
 
   /** The streamed response's status and headers (begin), inside the cork of its first write or its end. */
   private writeHead(head: PendingHead): void {
     this.head = null;
-    this.res.writeStatus(statusLine(this.status));
+    this.writeHeadLines(this.status, head.headers, head.overhead);
+  }
+
+  /** `x-tollgate-overhead-ms`'s value now, when the request asked for it; else null. */
+  private overheadAsked(): string | null {
+    return this.headers[OVERHEAD_ASKED] !== undefined ? this.overheadMs() : null;
+  }
+
+  /**
+   * A response's status line and headers, inside its cork: the content type when given, ours (the request id,
+   * the overhead when asked, the admission's rate-limit headers unless `headers` sets them) and `headers`, a
+   * list written once per value.
+   */
+  private writeHeadLines(status: number, headers: OutHeaders, overhead: string | null, contentType?: string): void {
+    this.res.writeStatus(statusLine(status));
+    if (contentType !== undefined) this.res.writeHeader('content-type', contentType);
     this.res.writeHeader('x-request-id', this.requestId);
-    if (head.overhead !== null) this.res.writeHeader(OVERHEAD_HEADER, head.overhead);
-    this.writeRateHeaders(head.headers);
-    for (const k in head.headers) this.res.writeHeader(k, head.headers[k]!);
+    if (overhead !== null) this.res.writeHeader(OVERHEAD_HEADER, overhead);
+    this.writeRateHeaders(headers);
+    for (const k in headers) {
+      const v = headers[k]!;
+      if (typeof v === 'string') this.res.writeHeader(k, v);
+      else for (const one of v) this.res.writeHeader(k, one);
+    }
   }
 
   private writeRateHeaders(given: OutHeaders): void {
