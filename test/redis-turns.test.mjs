@@ -62,3 +62,22 @@ test('commands of two turns leave in two writes; without batching each command i
   await Promise.all([plain.ping(), plain.ping(), plain.ping()]);
   assert.equal(m.writes, 3);
 });
+
+test('commands sent after the turn\'s I/O (in setImmediate) leave at once when the sender uncorks, in one write, before the event loop polls again', async (t) => {
+  // The limiter's batches (admissions, releases, settles, commits) are sent from setImmediate, after the turn's
+  // I/O. A setImmediate made there runs only after the next poll of the event loop, so the settle's durable
+  // record waited a whole loop iteration after its reply was read; the limiter now uncorks as its batches end.
+  const r = await open(t);
+  const key = `tgtest:turns:${randomBytes(5).toString('hex')}`;
+  await r.tgTestAdd(key, '0'); // loads the script: not counted below
+  const n = countWrites(r);
+  const { atOnce, replies } = await new Promise((resolve) => setImmediate(() => {
+    const replies = [r.incr(key), r.tgTestAdd(key, '10'), r.ping()];
+    r.uncorkNow();
+    resolve({ atOnce: n.writes, replies });
+  }));
+  assert.equal(atOnce, 1, 'the three commands reached the socket in one write before the callback returned');
+  assert.deepEqual(await Promise.all(replies), [1, 11, 'PONG']);
+  assert.equal(n.writes, 1, 'and nothing was left for the setImmediate the first command scheduled');
+  await r.del(key);
+});

@@ -63,9 +63,20 @@ export function openRedis(url: string, options: RedisOptions): RedisClient {
   });
 }
 
+/** A client whose turn's commands wait in its corked socket: `uncorkNow` writes them at once. */
+export interface Corked {
+  /**
+   * Writes the commands corked so far now, instead of in the `setImmediate` after. For a caller that runs in
+   * `setImmediate` itself, after the turn's I/O: what it sends would otherwise wait a whole loop iteration.
+   */
+  uncorkNow?(): void;
+}
+
 /**
  * Sends each event-loop turn's commands in one socket write: the socket is corked at the turn's first command
  * and uncorked in `setImmediate`, after the turn's I/O callbacks, where ioredis's auto-pipelining flushes too.
+ * A caller already in `setImmediate` uncorks as it ends (`uncorkNow`): a `setImmediate` made there runs only in
+ * the next loop iteration, after one more poll of the event loop.
  * Auto-pipelining builds a `Pipeline` per turn that copies every defined script's two methods onto itself, a
  * dictionary object of several KB that V8 kept past scavenges: one request at a time, a third of what each
  * scavenge copied (docs/benchmarks.md, "The sequential p99"). Without either, every command is a system call.
@@ -90,5 +101,6 @@ export function corkEachTurn(r: Redis): Redis {
     }
     return send.call(this, command, stream);
   } as Redis['sendCommand'];
+  (r as Redis & Corked).uncorkNow = uncork;
   return r;
 }
