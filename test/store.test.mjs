@@ -117,15 +117,13 @@ for (const [name, open] of Object.entries(STORES)) {
     await new Promise((r) => setTimeout(r, 300));
     assert.equal(s.commits, 1, 'the paced debit was committed by a timer at the pace, not with the next debit');
     // The next debit starts the commit in its own turn, with the one waiting.
-    const t0 = performance.now();
     const second = s.submit(debit(1));
     // pending: the debits queued, plus one while a commit runs (2 before it starts, 1 or 0 once it has).
     // It starts a millisecond on, once the response that submitted the debit is out (Settler.schedule).
     // The start is what tells: how long the commit itself then takes is the store's (on a loaded machine, PGlite's
-    // commit alone took over 150 ms once, in the whole suite's run).
-    while (s.pending > 1 && performance.now() - t0 < 1000) await new Promise((r) => setTimeout(r, 1));
-    const started = performance.now() - t0;
-    assert.ok(started < 100, `the commit started ${started.toFixed(0)} ms after the debit after the pace: it waited for a timer`);
+    // commit alone took over 150 ms once, in the whole suite's run, though it had started within these 20 ms).
+    await new Promise((r) => setTimeout(r, 20));
+    assert.ok(s.pending <= 1, 'the commit did not start right after the debit after the pace: it waited for a timer');
     await Promise.all([first, second]);
     assert.equal(s.commits, 2, 'the two debits went in one commit');
     // A trickle's last debit: nothing follows it, so it lands by the fallback, within two paces of the last start.
