@@ -7,6 +7,9 @@
 // one admission, the RPUSH of one settle (the call on a response's path) and the settle's bookkeeping (applied from
 // the account's settle queue by the next script on the account), apart. Before 2026-11-29 a settle was one script
 // call doing both, reported as settle_script_us.
+// --turn K: as at a steady rate with spare holds, where each admission call carries a few requests and each settle
+// is an RPUSH of its own: rounds of K admissions in one call, then their K settles each recorded apart, applied
+// by the next round's admission call; reports the script time per call and per request (admission + settle).
 // --dist: another build's dist/ (an A/B: run it alternating with this one). --ceiling: the key has a spend ceiling.
 // --open K: K other holds of the account stay open throughout (requests of other clients in flight, as at
 // a steady rate; with none, the account's hold records are emptied by every settle and made again by the next admission).
@@ -25,6 +28,7 @@ const ROUNDS = Number(opt('--rounds', '2'));
 const CEILING = args.includes('--ceiling');
 const OPEN = Number(opt('--open', '0'));
 const SPLIT = args.includes('--split');
+const TURN = Number(opt('--turn', '0'));
 const URL_ = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 
 const { RedisLimiter } = await import(pathToFileURL(join(DIST, 'gate/limits/redis.js')).href);
@@ -87,9 +91,33 @@ async function split(from) {
     settle_bookkeeping_us: +(applied.usec / N).toFixed(2) };
 }
 
+/** --turn: N requests in calls of TURN admissions, each call also applying the TURN settles queued before it. */
+async function turns(from) {
+  let i = from;
+  const batch = async () => {
+    const ids = Array.from({ length: TURN }, () => `h${i++}`);
+    const outs = await Promise.all(ids.map(admit)); // one turn: one admission call
+    if (outs.some((o) => !o.ok)) throw new Error('refused');
+    for (const id of ids) await limiter.settle(id, debit(id), true); // one queue entry each
+    return ids;
+  };
+  await batch();
+  await admin.config('RESETSTAT');
+  const calls = Math.ceil(N / TURN);
+  let done = [];
+  for (let c = 0; c < calls; c++) {
+    done.push(...await batch());
+    if (done.length >= 500) { await limiter.committed('acct', done, { balance: null, spends: [] }); done = []; }
+  }
+  const ev = scripts(stats(await admin.info('commandstats')));
+  return { script_us_per_call: +(ev.usec / ev.calls).toFixed(1), script_us_per_request: +(ev.usec / (calls * TURN)).toFixed(1) };
+}
+
 for (let k = 0; k < OPEN; k++) await admit(`open${k}`);
 const rounds = [];
-if (SPLIT) {
+if (TURN > 0) {
+  for (let r = 0; r < ROUNDS; r++) rounds.push(await turns(r * 10 * N));
+} else if (SPLIT) {
   await split(0); // warm
   for (let r = 0; r < ROUNDS; r++) rounds.push(await split((r + 1) * N));
 } else {
@@ -113,7 +141,7 @@ if (SPLIT) {
     });
   }
 }
-console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, open: OPEN, ...(SPLIT ? { split: true } : {}), rounds }));
+console.log(JSON.stringify({ dist: DIST, requests: N, ceiling: CEILING, open: OPEN, ...(SPLIT ? { split: true } : {}), ...(TURN ? { turn: TURN } : {}), rounds }));
 
 await clearRedisPrefix(prefix, URL_);
 await limiter.close();

@@ -305,7 +305,7 @@ test('the scripts run as a Redis Functions library (FCALL), loaded once at start
   assert.equal(tries, 1, 'FUNCTION LOAD tried once, not again on each heartbeat');
 });
 
-test('a turn of settles of one account (finals freeing their slots, a session\'s part then its final, one debit recorded twice) leaves the same record in Redis as one at a time', async (t) => {
+test('settles of one account (finals freeing their slots, a session\'s part then its final, one debit recorded twice, from two instances) leave the same record in Redis whether each is applied before the next is recorded, all are queued one by one and applied in one pass, or a turn records them together', async (t) => {
   // [hold id, debit id, key, amount, final, covered]
   const settles = [
     ['h1', 'd1', 'k1', 700n, true],
@@ -316,38 +316,81 @@ test('a turn of settles of one account (finals freeing their slots, a session\'s
     ['h3', 'd3', 'k1', 350n, true],              // the same debit again (a retry): replaces, never adds
     ['s1', 's1#3', 'k2', 100n, true],            // the session ends: the rest of its hold is freed
   ];
-  const record = async (prefix, l) => {
+  // Which instance records each settle (by index into the two limiters): the second records d2 and the
+  // session's second part, so its pending records must name it as their owner, the others the first.
+  const by = [0, 0, 1, 1, 0, 0, 0];
+  const r = new Redis(REDIS);
+  t.after(() => r.quit());
+  const record = async (prefix, l, owners) => {
     await l.openHolds('st'); // the settles' bookkeeping, applied by the next script on the account
-    const r = new Redis(REDIS);
-    t.after(() => r.quit());
     const sum = await r.hgetall(`${prefix}{st}:holdsum`);
     const pend = await r.hgetall(`${prefix}{st}:pend`);
-    for (const k of Object.keys(pend)) pend[k] = pend[k].split('|').slice(0, 2).join('|'); // key and amount
+    // key and amount, and which of the two instances the record names as its owner
+    for (const k of Object.keys(pend)) { const [key, amount, owner] = pend[k].split('|'); pend[k] = `${key}|${amount}|${owners.indexOf(owner)}`; }
     return { sum, pend, holds: await r.hlen(`${prefix}{st}:holds`), expiring: await r.zcard(`${prefix}{st}:holdexp`) };
   };
   const out = [];
-  for (const together of [false, true]) {
+  for (const mode of ['each applied', 'queued one by one', 'one turn']) {
     const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
-    const l = await redisLimiter(t, prefix);
+    const ls = [await redisLimiter(t, prefix), await redisLimiter(t, prefix)];
+    const [l] = ls;
     for (const [id, amount, key] of [['h1', 1_000n, 'k1'], ['h2', 2_000n, 'k1'], ['h3', 500n, 'k1'], ['s1', 3_000n, 'k2'], ['h4', 400n, 'k3']]) {
       assert.equal((await admit(l, 'st', id, amount, 100_000n, { keyId: key, concurrency: 3 })).ok, true);
     }
-    const one = ([hold, id, key, amount, final, covered]) => l.settle(hold, debit('st', id, amount, key), final, covered ?? amount);
-    if (together) await Promise.all(settles.map(one));
-    else for (const x of settles) await one(x);
-    out.push(await record(prefix, l));
+    const one = ([hold, id, key, amount, final, covered], i) => ls[by[i]].settle(hold, debit('st', id, amount, key), final, covered ?? amount);
+    if (mode === 'one turn') await Promise.all(settles.map((x, i) => one(x, i)));
+    else {
+      for (const [i, x] of settles.entries()) {
+        await one(x, i);
+        if (mode === 'each applied') { await l.openHolds('st'); assert.equal(await r.llen(`${prefix}{st}:setq`), 0); }
+      }
+      if (mode === 'queued one by one') assert.equal(await r.llen(`${prefix}{st}:setq`), settles.length, 'each settle queued apart');
+    }
+    out.push(await record(prefix, l, ls.map((x) => x.owner)));
     // k1's three slots are free again: three more holds of it fit under its concurrency of 3.
-    for (const id of ['n1', 'n2', 'n3']) assert.equal((await admit(l, 'st', id, 1n, 100_000n, { keyId: 'k1', concurrency: 3 })).ok, true, `${id} (together: ${together})`);
+    for (const id of ['n1', 'n2', 'n3']) assert.equal((await admit(l, 'st', id, 1n, 100_000n, { keyId: 'k1', concurrency: 3 })).ok, true, `${id} (${mode})`);
   }
-  assert.deepEqual(out[1], out[0], 'the same record in Redis');
-  const [r] = out;
-  assert.deepEqual(r.pend, { d1: 'k1|700', d2: 'k1|1200', d3: 'k1|350', 's1#1': 'k2|900', 's1#2': 'k2|600', 's1#3': 'k2|100' });
-  assert.equal(r.sum.pending, '3850');
-  assert.equal(r.sum.total, '4250', 'pending 3,850 and h4\'s 400 held');
-  assert.equal(r.sum['n:k1'], undefined, 'no k1 hold open');
-  assert.equal(r.sum['n:k3'], '1');
-  assert.equal(r.holds, 1);
-  assert.equal(r.expiring, 1);
+  assert.deepEqual(out[1], out[0], 'queued one by one and applied in one pass: the same record in Redis as each applied alone');
+  assert.deepEqual(out[2], out[0], 'one turn: the same record in Redis as each applied alone');
+  const [rec] = out;
+  assert.deepEqual(rec.pend, { d1: 'k1|700|0', d2: 'k1|1200|1', d3: 'k1|350|0', 's1#1': 'k2|900|0', 's1#2': 'k2|600|1', 's1#3': 'k2|100|0' });
+  assert.equal(rec.sum.pending, '3850');
+  assert.equal(rec.sum.total, '4250', 'pending 3,850 and h4\'s 400 held');
+  assert.equal(rec.sum['n:k1'], undefined, 'no k1 hold open');
+  assert.equal(rec.sum['n:k3'], '1');
+  assert.equal(rec.holds, 1);
+  assert.equal(rec.expiring, 1);
+});
+
+test('an account\'s queued settles, each recorded apart, are applied in one pass by the next script: its holds and pending records read once, not once per settle (Redis)', async (t) => {
+  const prefix = `tgtest:${randomBytes(5).toString('hex')}:`;
+  const l = await redisLimiter(t, prefix);
+  const N = 20;
+  for (let i = 0; i < N; i++) assert.equal((await admit(l, 'qp', `h${i}`, 1_000n, 1_000_000n)).ok, true);
+  for (let i = 0; i < N; i++) await l.settle(`h${i}`, debit('qp', `d${i}`, 10n), true, 1_000n); // one queue entry each, as at a steady rate
+  const r = new Redis(REDIS);
+  t.after(() => r.quit());
+  assert.equal(await r.llen(`${prefix}{qp}:setq`), N);
+  // Every command the scripts run on this account's holds and pending records, as Redis's MONITOR shows them.
+  const mon = await r.monitor();
+  t.after(() => mon.disconnect());
+  const seen = [];
+  mon.on('monitor', (_time, args) => { if (typeof args[1] === 'string' && args[1].startsWith(`${prefix}{qp}:`)) seen.push(`${args[0].toUpperCase()} ${args[1].slice(prefix.length)}`); });
+  await l.openHolds('qp'); // applies the queue first
+  await r.ping(); // MONITOR's lines are ahead of this reply
+  await new Promise((res) => setTimeout(res, 50));
+  const count = (c) => seen.filter((x) => x === c).length;
+  assert.equal(count('HMGET {qp}:holds'), 1, 'the holds read in one HMGET');
+  assert.equal(count('HMGET {qp}:pend'), 1, 'the pending records read in one HMGET');
+  assert.equal(count('HSET {qp}:pend'), 1, 'the pending records written in one HSET');
+  assert.equal(count('HINCRBY {qp}:holdsum'), 5, 'each counter moved once: total, a:, n:, pending, p:');
+  assert.equal(await r.llen(`${prefix}{qp}:setq`), 0);
+  assert.equal(await r.hlen(`${prefix}{qp}:pend`), N, 'every debit pending');
+  assert.equal(await r.hlen(`${prefix}{qp}:holds`), 0, 'every hold freed');
+  const sum = await r.hgetall(`${prefix}{qp}:holdsum`);
+  assert.equal(sum.pending, String(10 * N));
+  assert.equal(sum.total, String(10 * N));
+  assert.equal(sum['n:key_qp'], undefined);
 });
 
 test('the key ceiling counts pending debits and takes the newest committed spend', async (t) => {

@@ -246,69 +246,75 @@ local function keep_records(sum, holds, exp, run, pend, ttl)
   keep({holds, exp, run, qbase(sum) .. ':resv'}, ttl + MARGIN)
   idle_expiry(sum, pend, redis.call('PTTL', holds))
 end
--- A settle's bookkeeping, applied to the account's keys: A is one recorded call, {owner, then per debit:
--- hold debit key amount entry final covered used freed} (freed: a part's usage reservation, given back and
--- taken off the hold's record before its use is taken). For each debit: its hold freed (a final) or shortened
--- by the stretch it used (a part), the account's counters moved, the usage buckets moved, and its pending
--- record (what a takeover bills and the commit record clears) written.
-local function settle_on(sum, holds, exp, run, pend, A)
-  local owner = A[1]
+-- Settles' bookkeeping, applied to the account's keys: calls is the recorded calls in the order recorded, each
+-- A = {owner, then per debit: hold debit key amount entry final covered used freed} (freed: a part's usage
+-- reservation, given back and taken off the hold's record before its use is taken). For each debit: its hold
+-- freed (a final) or shortened by the stretch it used (a part), the account's counters moved, the usage buckets
+-- moved, and its pending record (what a takeover bills and the commit record clears) written under its call's
+-- owner. All the calls queued go through one pass: the views, counters and writes below are paid once, not
+-- once per call (at a steady rate each call carries one debit).
+local function settle_on(sum, holds, exp, run, pend, calls)
   -- Redis's clock, read only by a debit that moves a usage bucket (most settle none).
   local now = nil
-  -- The call's holds and debit records are read ahead in one HMGET each, its counters moved once each
-  -- (counters), and its writes made once at the end: the script runs alone, so each debit sees what the
-  -- ones before it in the call left, as if each were its own call. A usage reservation (resv) is read
+  -- The holds and debit records of every call are read ahead in one HMGET each, the counters moved once each
+  -- (counters), and the writes made once at the end: the script runs alone, so each debit sees what the
+  -- ones before it (in its call and the calls before) left, as if each were applied alone. A usage reservation (resv) is read
   -- only when the account has one: a settle never makes one. No function is defined per call (each would
   -- be a closure made on every call): a final debit's drop() on the call's view is written out in the loop.
   local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
   local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
   local expGone, runGone, hids, dids = {}, {}, {}, {}
-  for i = 2, #A, 9 do table.insert(hids, A[i]); table.insert(dids, A[i + 1]) end
+  for _, A in ipairs(calls) do
+    for i = 2, #A, 9 do table.insert(hids, A[i]); table.insert(dids, A[i + 1]) end
+  end
   H:load(hids)
   P:load(dids)
-  for i = 2, #A, 9 do
-    local hid, did, k, amt = A[i], A[i + 1], A[i + 2], A[i + 3]
-    if A[i + 5] ~= '1' and A[i + 8] ~= '' and not P:get(did) then
-      now = now or qnow()
-      qmove(sum, k, A[i + 8], 1, now)
-      qresv(sum, hid, k, A[i + 8], -1)
-      hasResv = true
-    end
-    -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
-    local prior = P:get(did)
-    if A[i + 5] == '1' then
-      -- drop() on the call's view: frees the hold (its amount, its slot, its running record).
-      if hasResv then qrefund(sum, hid) end
-      table.insert(expGone, hid); table.insert(runGone, hid)
-      local rec = H:get(hid)
-      if rec then
-        local hk, hamt = string.match(rec, '^([^|]*)|(%d+)')
-        cnt:add(hk, neg(hamt))
-        cnt:move('n:' .. hk, '-1')
-        H:del(hid)
+  for _, A in ipairs(calls) do
+    local owner = A[1]
+    for i = 2, #A, 9 do
+      local hid, did, k, amt = A[i], A[i + 1], A[i + 2], A[i + 3]
+      if A[i + 5] ~= '1' and A[i + 8] ~= '' and not P:get(did) then
+        now = now or qnow()
+        qmove(sum, k, A[i + 8], 1, now)
+        qresv(sum, hid, k, A[i + 8], -1)
+        hasResv = true
       end
-    elseif not prior then
-      -- A part: the stretch of the hold it used (A[i + 6]) comes off the hold, never below zero.
-      local rec = H:get(hid)
-      if rec then
-        local hk, hamt, howner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
-        local off = math.min(tonumber(hamt), tonumber(A[i + 6]))
-        if off > 0 then
-          H:set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
-          cnt:add(hk, string.format('%d', -off))
+      -- A record under the same id (a takeover that took this owner for dead) is replaced, not added to.
+      local prior = P:get(did)
+      if A[i + 5] == '1' then
+        -- drop() on the call's view: frees the hold (its amount, its slot, its running record).
+        if hasResv then qrefund(sum, hid) end
+        table.insert(expGone, hid); table.insert(runGone, hid)
+        local rec = H:get(hid)
+        if rec then
+          local hk, hamt = string.match(rec, '^([^|]*)|(%d+)')
+          cnt:add(hk, neg(hamt))
+          cnt:move('n:' .. hk, '-1')
+          H:del(hid)
+        end
+      elseif not prior then
+        -- A part: the stretch of the hold it used (A[i + 6]) comes off the hold, never below zero.
+        local rec = H:get(hid)
+        if rec then
+          local hk, hamt, howner = string.match(rec, '^([^|]*)|(%d+)|(.*)$')
+          local off = math.min(tonumber(hamt), tonumber(A[i + 6]))
+          if off > 0 then
+            H:set(hid, hk .. '|' .. string.format('%d', tonumber(hamt) - off) .. '|' .. howner)
+            cnt:add(hk, string.format('%d', -off))
+          end
         end
       end
+      -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
+      if not prior and A[i + 7] ~= '' then now = now or qnow(); qmove(sum, k, A[i + 7], -1, now) end
+      if prior then
+        local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
+        cnt:add(pk, neg(pa))
+        cnt:pending(pk, neg(pa))
+      end
+      cnt:add(k, amt)
+      cnt:pending(k, amt)
+      P:set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. A[i + 4])
     end
-    -- After a final's refund (in drop): what was used comes off the key's buckets (once per debit).
-    if not prior and A[i + 7] ~= '' then now = now or qnow(); qmove(sum, k, A[i + 7], -1, now) end
-    if prior then
-      local pk, pa = string.match(prior, '^([^|]*)|(%d+)|')
-      cnt:add(pk, neg(pa))
-      cnt:pending(pk, neg(pa))
-    end
-    cnt:add(k, amt)
-    cnt:pending(k, amt)
-    P:set(did, k .. '|' .. amt .. '|' .. owner .. '|' .. A[i + 4])
   end
   cnt:flushAll()
   H:flush()
@@ -340,7 +346,9 @@ local function apply_queued(sum)
   local items = redis.call('LRANGE', q, 0, -1)
   if #items == 0 then return 0 end
   redis.call('DEL', q)
-  for _, it in ipairs(items) do settle_on(sum, base .. ':holds', base .. ':holdexp', base .. ':run', base .. ':pend', unpack_call(it)) end
+  local calls = {}
+  for _, it in ipairs(items) do table.insert(calls, unpack_call(it)) end
+  settle_on(sum, base .. ':holds', base .. ':holdexp', base .. ':run', base .. ':pend', calls)
   return #items
 end
 `;
