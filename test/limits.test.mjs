@@ -374,11 +374,20 @@ test('an account\'s queued settles, each recorded apart, are applied in one pass
   // Every command the scripts run on this account's holds and pending records, as Redis's MONITOR shows them.
   const mon = await r.monitor();
   t.after(() => mon.disconnect());
+  // MONITOR prints commands in the order Redis runs them, on its own connection: once the marker sent after the
+  // script shows there, every command of the script has been seen.
   const seen = [];
-  mon.on('monitor', (_time, args) => { if (typeof args[1] === 'string' && args[1].startsWith(`${prefix}{qp}:`)) seen.push(`${args[0].toUpperCase()} ${args[1].slice(prefix.length)}`); });
+  const marker = `${prefix}done`;
+  let markerSeen;
+  const done = new Promise((res) => { markerSeen = res; });
+  mon.on('monitor', (_time, args) => {
+    if (typeof args[1] !== 'string') return;
+    if (args[1] === marker) markerSeen();
+    else if (args[1].startsWith(`${prefix}{qp}:`)) seen.push(`${args[0].toUpperCase()} ${args[1].slice(prefix.length)}`);
+  });
   await l.openHolds('qp'); // applies the queue first
-  await r.ping(); // MONITOR's lines are ahead of this reply
-  await new Promise((res) => setTimeout(res, 50));
+  await r.echo(marker);
+  await done;
   const count = (c) => seen.filter((x) => x === c).length;
   assert.equal(count('HMGET {qp}:holds'), 1, 'the holds read in one HMGET');
   assert.equal(count('HMGET {qp}:pend'), 1, 'the pending records read in one HMGET');
