@@ -258,9 +258,10 @@ local function settle_on(sum, holds, exp, run, pend, calls)
   local now = nil
   -- The holds and debit records of every call are read ahead in one HMGET each, the counters moved once each
   -- (counters), and the writes made once at the end: the script runs alone, so each debit sees what the
-  -- ones before it (in its call and the calls before) left, as if each were applied alone. A usage reservation (resv) is read
-  -- only when the account has one: a settle never makes one. No function is defined per call (each would
-  -- be a closure made on every call): a final debit's drop() on the call's view is written out in the loop.
+  -- ones before it (in its call and the calls before) left, as if each were applied alone. A usage
+  -- reservation (resv) is read only when the account has one: a settle never makes one. No function is
+  -- defined per call (each would be a closure made on every call): a final debit's drop() on the pass's view
+  -- is written out in the loop.
   local cnt, H, P = counters(sum), hashview(holds), hashview(pend)
   local hasResv = redis.call('EXISTS', qbase(sum) .. ':resv') == 1
   local expGone, runGone, hids, dids = {}, {}, {}, {}
