@@ -209,6 +209,18 @@ test('kill -9 of a worker mid-batch: the other instance finishes it, every line 
   const file = await (await upload(a, key, jsonl(Array.from({ length: n }, (_, i) => chatLine(i))))).json();
   const created = await (await createBatch(a, key, file.id)).json();
   await waitFor(b, key, created.id, (x) => x.request_counts.completed >= 40);
+  // Killed while it holds a line it is running (its worker's owner names its pid), so the takeover below has
+  // something to take: a machine busy enough to leave it between claims at the moment of the kill left none.
+  const c = new pg.Client({ connectionString: db.url });
+  await c.connect();
+  t.after(() => c.end().catch(() => undefined)); // on a failure before the end below
+  let held = 0;
+  for (let i = 0; i < 200 && held === 0; i++) {
+    held = (await c.query("SELECT count(*)::int AS n FROM batch_lines WHERE batch_id = $1 AND state = 'pending' AND lease_until > now() AND lease_owner LIKE $2",
+      [created.id, `%:${a.proc.pid}:%`])).rows[0].n;
+    if (held === 0) await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.ok(held > 0, 'the instance to be killed holds a line it is running');
   a.proc.kill('SIGKILL');
   await a.exited;
   const done = await waitFor(b, key, created.id);
@@ -218,8 +230,6 @@ test('kill -9 of a worker mid-batch: the other instance finishes it, every line 
   assert.equal(out.length, n);
   assert.equal(new Set(out.map((o) => o.custom_id)).size, n, 'each line written once');
   // The dead instance's pending debits are taken over within seconds; then each line is in the ledger once.
-  const c = new pg.Client({ connectionString: db.url });
-  await c.connect();
   let rows;
   for (let i = 0; i < 100; i++) {
     rows = (await c.query("SELECT idem_key FROM ledger WHERE account_id = $1 AND kind = 'debit'", [account])).rows;
