@@ -86,12 +86,43 @@ export interface UpstreamCall {
  * and the W3C trace context (with tracing on, the gateway's own upstream span in `traceparent`).
  * Everything else (credentials, cookies, hop-by-hop headers, whatever a client adds) stays here.
  */
+/**
+ * The path an upstream is sent: `path` as a WHATWG URL parse leaves it, after the base URL's path, with the base
+ * URL's query and the path's joined by `&`. That is what http-proxy-3 makes of the two by default, parsing both
+ * on every request; here a path already in its normal form is not parsed (docs/benchmarks.md).
+ */
+export function upstreamPath(base: { path: string; query: string }, path: string): string {
+  let p = path;
+  if (!isNormalPath(p)) {
+    // As http-proxy-3 parses it: a path starting `//` would otherwise name a host.
+    const u = new URL(p.startsWith('//') ? `http://base.invalid${p}` : p, 'http://base.invalid');
+    p = u.pathname + u.search;
+  }
+  if (base.query === '') return base.path + p;
+  const q = p.indexOf('?');
+  return q < 0 ? `${base.path}${p}?${base.query}` : `${base.path}${p.slice(0, q)}?${base.query}&${p.slice(q + 1)}`;
+}
+
+/**
+ * A path (and query) that a WHATWG URL parse leaves unchanged: only characters no part of it percent-encodes, no
+ * segment starting with a dot (`.` and `..`, written or as %2e, are resolved), no `//` at the start (a host),
+ * and no empty query.
+ */
+export function isNormalPath(p: string): boolean {
+  return NORMAL_PATH.test(p) && !DOT_SEGMENT.test(p);
+}
+const NORMAL_PATH = /^\/(?!\/)[\w\-.~!$&()*+,;=:@/%]*(?:\?[\w\-.~!$&()*+,;=:@/%?]+)?$/;
+const DOT_SEGMENT = /\/(?:\.|%2e)/i;
+
 export const FORWARDED: ReadonlySet<string> = new Set(['content-type', 'accept', 'traceparent', 'tracestate']);
 
 export class Upstreams {
-  private readonly proxy = createProxyServer({});
+  // Every request's path is made here, joined to its target's (upstreamPath): http-proxy-3 sends it as it is.
+  private readonly proxy = createProxyServer({ prependPath: false, toProxy: true });
   private readonly agents = new Map<string, http.Agent>();
   private readonly targets = new Map<string, URL>();
+  /** Each upstream's base URL's path (no trailing slash) and query (no `?`). */
+  private readonly bases = new Map<string, { path: string; query: string }>();
   /** Health and protection of every upstream, and the pick of one of a model's pool. */
   readonly pools: Pools;
   private stopProbes = (): void => undefined;
@@ -125,6 +156,16 @@ export class Upstreams {
     return t;
   }
 
+  private base(name: string): { path: string; query: string } {
+    let b = this.bases.get(name);
+    if (!b) {
+      const t = this.target(name);
+      b = { path: t.pathname.replace(/\/+$/, ''), query: t.search.slice(1) };
+      this.bases.set(name, b);
+    }
+    return b;
+  }
+
   private agent(name: string): http.Agent {
     let a = this.agents.get(name);
     if (!a) { a = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' }); this.agents.set(name, a); }
@@ -151,7 +192,7 @@ export class Upstreams {
       if (cfg.protocol === 'elevenlabs') headers['xi-api-key'] = secret;
       else headers.authorization = `Bearer ${secret}`;
     }
-    const req = new AdaptedRequest(method, path, headers);
+    const req = new AdaptedRequest(method, upstreamPath(this.base(name), path), headers);
     const call = new ProxiedCall();
     // A streamed body that fails to read (the store) ends the upstream request: it never waits for the rest.
     if (!Buffer.isBuffer(body)) body.stream.once('error', () => call.cut());
