@@ -1,7 +1,7 @@
 // Random identifiers and API key material from a CSPRNG (crypto.randomFillSync), base62 without modulo bias.
 import { createHash, randomFillSync } from 'node:crypto';
 
-const B62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+const B62 = Buffer.from('0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz', 'latin1');
 
 // Random bytes drawn from a pool refilled 4 KiB at a time: one syscall per few hundred ids on the hot path.
 const POOL = Buffer.alloc(4096);
@@ -12,13 +12,16 @@ function nextByte(): number {
   return POOL[poolAt++]!;
 }
 
+// The characters are written here and read out as one string: appending them one by one made a string per character.
+const OUT = Buffer.alloc(64);
+
 export function base62(len: number): string {
-  let out = '';
-  while (out.length < len) {
+  const out = len <= OUT.length ? OUT : Buffer.alloc(len);
+  for (let n = 0; n < len;) {
     const b = nextByte();
-    if (b < 248) out += B62[b % 62]; // 248 = 4 * 62: rejection keeps it uniform
+    if (b < 248) out[n++] = B62[b % 62]!; // 248 = 4 * 62: rejection keeps it uniform
   }
-  return out;
+  return out.toString('latin1', 0, len);
 }
 
 export const KEY_PREFIX = 'svc_live_';
