@@ -1,5 +1,6 @@
 // http-proxy-3 driven from uWS: a small request/response adapter, keep-alive agents, and fault mapping.
 import http from 'node:http';
+import https from 'node:https';
 import { EventEmitter } from 'node:events';
 import type { Readable, Stream } from 'node:stream';
 import { createProxyServer } from 'http-proxy-3';
@@ -166,9 +167,14 @@ export class Upstreams {
     return b;
   }
 
+  /** The upstream's keep-alive agent: TLS for an `https://` base URL, its certificate checked against the CAs Node trusts. */
   private agent(name: string): http.Agent {
     let a = this.agents.get(name);
-    if (!a) { a = new http.Agent({ keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' }); this.agents.set(name, a); }
+    if (!a) {
+      const o = { keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' } as const;
+      a = this.target(name).protocol === 'https:' ? new https.Agent(o) : new http.Agent(o);
+      this.agents.set(name, a);
+    }
     return a;
   }
 
@@ -225,7 +231,7 @@ export class Upstreams {
     const url = new URL(`${t.pathname.replace(/\/+$/, '')}${path}`, t);
     const headers: http.OutgoingHttpHeaders = cfg.apiKeyEnv ? { authorization: `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}` } : {};
     return new Promise((resolve) => {
-      const req = http.get(url, { agent: this.agent(name), headers, timeout: Math.min(cfg.timeoutMs, 5000) }, (res) => {
+      const req = (url.protocol === 'https:' ? https : http).get(url, { agent: this.agent(name), headers, timeout: Math.min(cfg.timeoutMs, 5000) }, (res) => {
         res.resume();
         res.once('end', () => resolve((res.statusCode ?? 500) < 500));
         res.once('error', () => resolve(false));
