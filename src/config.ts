@@ -351,6 +351,7 @@ function buildConfig(raw: unknown, env: NodeJS.ProcessEnv, embedded: boolean, so
     if (!u.base_url === !u.sim) fail(`/upstreams/${name}`, 'set exactly one of base_url or sim');
     if (u.protocol === 'elevenlabs' && !u.base_url) fail(`/upstreams/${name}/protocol`, 'an elevenlabs upstream needs base_url (https://api.elevenlabs.io)');
     if (u.api_key_env && env[u.api_key_env] === undefined) fail(`/upstreams/${name}/api_key_env`, `environment variable ${u.api_key_env} is not set`);
+    if (u.base_url) checkBaseUrl(u.base_url, (msg) => fail(`/upstreams/${name}/base_url`, msg));
     upstreams.set(name, {
       name, baseUrl: u.base_url?.replace(/\/+$/, ''), sim: u.sim ? { tokenDelayMs: u.sim.token_delay_ms ?? 0, transcription: simTranscription(u.sim.transcription) } : undefined,
       apiKeyEnv: u.api_key_env, protocol: u.protocol, timeoutMs: u.timeout_ms,
@@ -583,6 +584,19 @@ function deepFreeze<T>(o: T): T {
 }
 
 /** The base URL clients are given: `public_url` when set, else the listen host and this port. */
+/**
+ * An upstream's base URL is its server's root: each request's path (`/v1/chat/completions`) goes after it. One
+ * ending in `/v1`, as OpenAI's clients and LiteLLM's `api_base` are given, would send `/v1/v1/...`: every request
+ * a 404. Refused at start, by name, rather than left to fail each request.
+ */
+function checkBaseUrl(url: string, fail: (msg: string) => never): void {
+  let u: URL;
+  try { u = new URL(url); } catch { fail(`${JSON.stringify(url)} is not a URL`); }
+  if (/\/v1\/*$/.test(u!.pathname)) {
+    fail(`${JSON.stringify(url)} ends in /v1: give the server's root (${u!.origin}${u!.pathname.replace(/\/v1\/*$/, '')}); Tollgate adds /v1/... to each request's path`);
+  }
+}
+
 export function baseUrlOf(config: Config, port: number): string {
   const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
   return config.publicUrl ?? `http://${host}:${port}`;

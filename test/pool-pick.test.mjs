@@ -64,6 +64,22 @@ test('config: `upstream` is a name or a pool of names and {name, weight, priorit
   }
 });
 
+test('config: an upstream\'s base_url is its server\'s root; one ending in /v1 (every request would go to /v1/v1/...) is refused by name, as is one that is no URL', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'tollgate-config-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const load = (baseUrl) => {
+    const path = join(dir, 'c.json');
+    writeFileSync(path, JSON.stringify({ upstreams: { a: { base_url: baseUrl } }, models: [chat('c', 'a')], payments: { provider: 'sandbox', allow_sandbox: true } }));
+    return loadConfigFile(path, {});
+  };
+  assert.throws(() => load('http://10.0.0.1:8000/v1'), /\/upstreams\/a\/base_url: "http:\/\/10.0.0.1:8000\/v1" ends in \/v1: give the server's root \(http:\/\/10.0.0.1:8000\)/);
+  assert.throws(() => load('https://gw.example.com/openai/v1/'), /ends in \/v1: give the server's root \(https:\/\/gw.example.com\/openai\)/);
+  assert.throws(() => load('http://[::1'), /\/upstreams\/a\/base_url: "http:\/\/\[::1" is not a URL/);
+  for (const ok of ['http://10.0.0.1:8000', 'https://api.elevenlabs.io/', 'https://gw.example.com/openai', 'https://h/v1beta', 'https://h/deployments/x?api-version=1']) {
+    assert.ok(load(ok).upstreams.get('a'), ok);
+  }
+});
+
 test('the pick: spread by weight, least in-flight first, a lower priority only while the better ones are ejected or full, ejections grow and a trial readmits', async () => {
   const base = embeddedConfig().upstreams.get('sim');
   let now = 1_000_000;
