@@ -3,6 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { EventEmitter } from 'node:events';
 import type { Readable, Stream } from 'node:stream';
+import type { Socket } from 'node:net';
 import { createProxyServer } from 'http-proxy-3';
 import { GatewayError, clientClosed } from '../errors.js';
 import type { ModelConfig, UpstreamConfig } from '../config.js';
@@ -115,6 +116,37 @@ export function isNormalPath(p: string): boolean {
 const NORMAL_PATH = /^\/(?!\/)[\w\-.~!$&()*+,;=:@/%]*(?:\?[\w\-.~!$&()*+,;=:@/%?]+)?$/;
 const DOT_SEGMENT = /\/(?:\.|%2e)/i;
 
+/**
+ * How long a pooled connection to an upstream may sit idle before it is closed here: under the 5 s after which
+ * uvicorn (vLLM), llama.cpp's server and Node's own close an idle keep-alive connection. A request sent on a
+ * connection the upstream is closing at that moment fails after it was written (ECONNRESET), and such a request
+ * is not retried (the upstream may have done the work): closing first leaves no such moment. A server that
+ * announces a shorter `Keep-Alive: timeout=` is held to that, less a second, by Node's agent.
+ */
+export const UPSTREAM_IDLE_MS = 4000;
+
+/**
+ * A keep-alive agent whose free connections close after UPSTREAM_IDLE_MS idle. Only free ones: a connection in
+ * use has no idle timer (a stream may wait longer than that for its next token), as with Node's agent unset.
+ * keepSocketAlive and reuseSocket are the hooks Node documents for this.
+ */
+class HttpUpstreamAgent extends http.Agent {
+  override keepSocketAlive(socket: Socket): boolean { return idleAfterUse(super.keepSocketAlive(socket) as unknown, socket); }
+  override reuseSocket(socket: Socket, request: http.ClientRequest): void { super.reuseSocket(socket, request); socket.setTimeout(0); }
+}
+
+class HttpsUpstreamAgent extends https.Agent {
+  override keepSocketAlive(socket: Socket): boolean { return idleAfterUse(super.keepSocketAlive(socket) as unknown, socket); }
+  override reuseSocket(socket: Socket, request: http.ClientRequest): void { super.reuseSocket(socket, request); socket.setTimeout(0); }
+}
+
+/** Node's agent returns false to close the connection; otherwise it has set the server's announced timeout, less a second, if any: the shorter wins. */
+function idleAfterUse(kept: unknown, socket: Socket): boolean {
+  if (kept === false) return false;
+  if (!(socket.timeout! > 0) || socket.timeout! > UPSTREAM_IDLE_MS) socket.setTimeout(UPSTREAM_IDLE_MS);
+  return true;
+}
+
 export const FORWARDED: ReadonlySet<string> = new Set(['content-type', 'accept', 'traceparent', 'tracestate']);
 
 export class Upstreams {
@@ -172,7 +204,7 @@ export class Upstreams {
     let a = this.agents.get(name);
     if (!a) {
       const o = { keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' } as const;
-      a = this.target(name).protocol === 'https:' ? new https.Agent(o) : new http.Agent(o);
+      a = this.target(name).protocol === 'https:' ? new HttpsUpstreamAgent(o) : new HttpUpstreamAgent(o);
       this.agents.set(name, a);
     }
     return a;
