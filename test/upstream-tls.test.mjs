@@ -65,12 +65,12 @@ test('an https:// upstream is called over TLS and probed over TLS; the reply is 
   assert.equal(res.status, 200, JSON.stringify(body));
   assert.equal(body.object, 'chat.completion');
   const sent = a.seen.filter((r) => r.method === 'POST');
-  assert.deepEqual(sent, [{ method: 'POST', url: '/v1/chat/completions', encrypted: true }]);
+  assert.deepEqual(sent, [{ method: 'POST', url: '/v1/chat/completions', encrypted: true }], `a saw ${JSON.stringify(a.seen)}; b saw ${JSON.stringify(b.seen)}`);
   const { prompt_tokens: p, completion_tokens: c } = body.usage;
   assert.equal(await balanceNano(gw, account), dollarsToNano('10') - priceNano(p, c));
   // Both upstreams of the pool are probed, over TLS.
-  for (let i = 0; i < 50 && !(a.seen.some((r) => r.method === 'GET') && b.seen.some((r) => r.method === 'GET')); i++) await sleep(100);
-  for (const s of [a, b]) assert.ok(s.seen.some((r) => r.method === 'GET' && r.url === '/v1/models' && r.encrypted), 'probed over TLS');
+  for (let i = 0; i < 150 && !(a.seen.some((r) => r.method === 'GET') && b.seen.some((r) => r.method === 'GET')); i++) await sleep(100);
+  for (const s of [a, b]) assert.ok(s.seen.some((r) => r.method === 'GET' && r.url === '/v1/models' && r.encrypted), `probed over TLS: saw ${JSON.stringify(s.seen)}`);
 });
 
 test('an https:// upstream whose certificate Node does not trust is refused: the client gets upstream_unavailable, nothing is billed', async (t) => {
