@@ -583,7 +583,6 @@ function deepFreeze<T>(o: T): T {
   return o;
 }
 
-/** The base URL clients are given: `public_url` when set, else the listen host and this port. */
 /**
  * An upstream's base URL is its server's root: each request's path (`/v1/chat/completions`) goes after it. One
  * ending in `/v1`, as OpenAI's clients and LiteLLM's `api_base` are given, would send `/v1/v1/...`: every request
@@ -592,11 +591,12 @@ function deepFreeze<T>(o: T): T {
 function checkBaseUrl(url: string, fail: (msg: string) => never): void {
   let u: URL;
   try { u = new URL(url); } catch { fail(`${JSON.stringify(url)} is not a URL`); }
-  if (/\/v1\/*$/.test(u!.pathname)) {
-    fail(`${JSON.stringify(url)} ends in /v1: give the server's root (${u!.origin}${u!.pathname.replace(/\/v1\/*$/, '')}); Tollgate adds /v1/... to each request's path`);
+  if (/\/v1\/*$/.test(u.pathname)) {
+    fail(`${JSON.stringify(url)} ends in /v1: give the server's root (${u.origin}${u.pathname.replace(/\/v1\/*$/, '')}); Tollgate adds /v1/... to each request's path`);
   }
 }
 
+/** The base URL clients are given: `public_url` when set, else the listen host and this port. */
 export function baseUrlOf(config: Config, port: number): string {
   const host = config.listen.host.includes(':') ? `[${config.listen.host}]` : config.listen.host;
   return config.publicUrl ?? `http://${host}:${port}`;

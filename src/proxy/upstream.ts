@@ -83,17 +83,15 @@ export interface UpstreamCall {
   finish?(): void;
 }
 
-/**
- * The only client headers an upstream is sent: what it needs to read the body and shape the reply,
- * and the W3C trace context (with tracing on, the gateway's own upstream span in `traceparent`).
- * Everything else (credentials, cookies, hop-by-hop headers, whatever a client adds) stays here.
- */
+/** An upstream's base URL, and its path (no trailing slash) and query (no `?`) to join each request's path to. */
+interface Target { url: URL; path: string; query: string }
+
 /**
  * The path an upstream is sent: `path` as a WHATWG URL parse leaves it, after the base URL's path, with the base
  * URL's query and the path's joined by `&`. That is what http-proxy-3 makes of the two by default, parsing both
  * on every request; here a path already in its normal form is not parsed (docs/benchmarks.md).
  */
-export function upstreamPath(base: { path: string; query: string }, path: string): string {
+export function upstreamPath(base: Pick<Target, 'path' | 'query'>, path: string): string {
   let p = path;
   if (!isNormalPath(p)) {
     // As http-proxy-3 parses it: a path starting `//` would otherwise name a host.
@@ -147,15 +145,18 @@ function idleAfterUse(kept: unknown, socket: Socket): boolean {
   return true;
 }
 
+/**
+ * The only client headers an upstream is sent: what it needs to read the body and shape the reply,
+ * and the W3C trace context (with tracing on, the gateway's own upstream span in `traceparent`).
+ * Everything else (credentials, cookies, hop-by-hop headers, whatever a client adds) stays here.
+ */
 export const FORWARDED: ReadonlySet<string> = new Set(['content-type', 'accept', 'traceparent', 'tracestate']);
 
 export class Upstreams {
   // Every request's path is made here, joined to its target's (upstreamPath): http-proxy-3 sends it as it is.
   private readonly proxy = createProxyServer({ prependPath: false, toProxy: true });
   private readonly agents = new Map<string, http.Agent>();
-  private readonly targets = new Map<string, URL>();
-  /** Each upstream's base URL's path (no trailing slash) and query (no `?`). */
-  private readonly bases = new Map<string, { path: string; query: string }>();
+  private readonly targets = new Map<string, Target>();
   /** Health and protection of every upstream, and the pick of one of a model's pool. */
   readonly pools: Pools;
   private stopProbes = (): void => undefined;
@@ -182,21 +183,15 @@ export class Upstreams {
     return u;
   }
 
-  /** The upstream's address, parsed once (http-proxy-3 would parse a string on every request). */
-  private target(name: string): URL {
+  /** The upstream's address, parsed once (http-proxy-3 would parse a string on every request), with its path and query. */
+  private target(name: string): Target {
     let t = this.targets.get(name);
-    if (!t) { t = new URL(this.baseUrl(name)); this.targets.set(name, t); }
-    return t;
-  }
-
-  private base(name: string): { path: string; query: string } {
-    let b = this.bases.get(name);
-    if (!b) {
-      const t = this.target(name);
-      b = { path: t.pathname.replace(/\/+$/, ''), query: t.search.slice(1) };
-      this.bases.set(name, b);
+    if (!t) {
+      const url = new URL(this.baseUrl(name));
+      t = { url, path: url.pathname.replace(/\/+$/, ''), query: url.search.slice(1) };
+      this.targets.set(name, t);
     }
-    return b;
+    return t;
   }
 
   /** The upstream's keep-alive agent: TLS for an `https://` base URL, its certificate checked against the CAs Node trusts. */
@@ -204,7 +199,7 @@ export class Upstreams {
     let a = this.agents.get(name);
     if (!a) {
       const o = { keepAlive: true, maxFreeSockets: 256, scheduling: 'lifo' } as const;
-      a = this.target(name).protocol === 'https:' ? new HttpsUpstreamAgent(o) : new HttpUpstreamAgent(o);
+      a = this.target(name).url.protocol === 'https:' ? new HttpsUpstreamAgent(o) : new HttpUpstreamAgent(o);
       this.agents.set(name, a);
     }
     return a;
@@ -230,7 +225,8 @@ export class Upstreams {
       if (cfg.protocol === 'elevenlabs') headers['xi-api-key'] = secret;
       else headers.authorization = `Bearer ${secret}`;
     }
-    const req = new AdaptedRequest(method, upstreamPath(this.base(name), path), headers);
+    const target = this.target(name);
+    const req = new AdaptedRequest(method, upstreamPath(target, path), headers);
     const call = new ProxiedCall();
     // A streamed body that fails to read (the store) ends the upstream request: it never waits for the rest.
     if (!Buffer.isBuffer(body)) body.stream.once('error', () => call.cut());
@@ -242,7 +238,7 @@ export class Upstreams {
         resolve(proxyRes);
       });
       this.proxy.web(req as unknown as http.IncomingMessage, res as unknown as http.ServerResponse, {
-        target: this.target(name), buffer: source as unknown as Stream, selfHandleResponse: true,
+        target: target.url, buffer: source as unknown as Stream, selfHandleResponse: true,
         changeOrigin: true, agent: this.agent(name),
       }, (err: Error) => {
         clearTimeout(call.timer);
@@ -260,7 +256,7 @@ export class Upstreams {
   probe(name: string, path: string): Promise<boolean> {
     const cfg = this.config(name);
     const t = this.target(name);
-    const url = new URL(`${t.pathname.replace(/\/+$/, '')}${path}`, t);
+    const url = new URL(`${t.path}${path}`, t.url);
     const headers: http.OutgoingHttpHeaders = cfg.apiKeyEnv ? { authorization: `Bearer ${process.env[cfg.apiKeyEnv] ?? ''}` } : {};
     return new Promise((resolve) => {
       const req = (url.protocol === 'https:' ? https : http).get(url, { agent: this.agent(name), headers, timeout: Math.min(cfg.timeoutMs, 5000) }, (res) => {
