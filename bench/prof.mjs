@@ -26,6 +26,9 @@ const NODE_ARGS = opt('--node-args', '').split(/\s+/).filter(Boolean); // extra 
 const GAP_MS = Number(opt('--gap-ms', '0')); // with --sequential: a pause between one request's reply and the next (a client that thinks, as bench/run's probe does every 5 ms); 0: back to back
 const TAIL = opt('--tail', null); // with --sequential: a file for every request's timing beside the gateway's GCs, queries, Redis commands and upstream calls (bench/tail-hooks.cjs), and what the slowest 1% overlapped
 const HEAP_PROF = opt('--heap-prof', null); // a directory: the gateway runs with --heap-prof into it (sampled allocations still live at exit: what is retained, not the allocation rate)
+const GATEWAY_NODE = opt('--gateway-node', process.execPath); // the Node binary the gateway runs on (test/node-versions 24 prints one); sim and the load stay on this one
+const FRONTEND = opt('--frontend', null); // the config's frontend (auto | uws | node); unset: auto
+const GW_LOG = opt('--log', null); // a file: the gateway's whole output, written as the harness ends (with --node-args '--require bench/heap-watch.cjs', its heap after each major GC)
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
 const CHAT = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'Hello, how are you today?' }], max_tokens: 16 });
@@ -43,6 +46,7 @@ async function main() {
     limits: { default_rpm: 1_000_000_000, default_concurrency: 1_000_000, ...LIMITS },
     payments: { provider: 'sandbox', allow_sandbox: true },
     upstreams: { sim: { base_url: sim.match[1] } },
+    ...(FRONTEND ? { frontend: FRONTEND } : {}),
     models: [{ id: 'sim-chat', upstream: 'sim', kind: 'chat', input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 }],
   };
   if (STORE === 'pg') {
@@ -59,7 +63,7 @@ async function main() {
   writeFileSync(cfg, JSON.stringify(config));
   const nodeArgs = CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', resolve(CPU_PROF)] : HEAP_PROF ? ['--heap-prof', '--heap-prof-dir', resolve(HEAP_PROF)] : [];
   if (TAIL) { nodeArgs.push('--require', join(ROOT, 'bench/tail-hooks.cjs')); env.TAIL_OUT = join(work, 'tail-events.json'); if (args.includes('--alloc')) env.TAIL_ALLOC = `${TAIL}.heapprofile`; }
-  const gw = await start('gateway', process.execPath, [...nodeArgs, ...NODE_ARGS, CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
+  const gw = await start('gateway', GATEWAY_NODE, [...nodeArgs, ...NODE_ARGS, CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(gw);
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', 'prof@prof.local', '--credit', '1000000');
@@ -95,7 +99,8 @@ async function main() {
     rounds.push({ cpu_us_per_req: Math.round((cpu / done) * 1e6), qps: Math.round(done / secs), non2xx: r.non2xx, errors: r.errors });
   }
   const idle = usage(gw.pid).rss;
-  console.log(JSON.stringify({ cli: CLI, store: STORE, requests: REQUESTS, rounds, rss_mb: Math.round(idle / 1e5) / 10 }));
+  if (GW_LOG) writeFileSync(GW_LOG, gw.log());
+  console.log(JSON.stringify({ cli: CLI, node: GATEWAY_NODE === process.execPath ? process.version : GATEWAY_NODE, frontend: FRONTEND ?? 'auto', store: STORE, requests: REQUESTS, rounds, rss_mb: Math.round(idle / 1e5) / 10 }));
 }
 
 /** One request at a time over one keep-alive socket: latency percentiles and the gateway's CPU per request. */

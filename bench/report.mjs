@@ -13,7 +13,7 @@ const pct = (v) => (v === undefined ? '–' : `${(v * 100).toFixed(2)}%`);
 
 const out = [];
 out.push(`Run \`${r.command}\` on ${r.date.slice(0, 10)} (${r.mode}); ${r.machine.cores} cores (${r.machine.cpu}), ${r.machine.memory_gib} GiB;`
-  + ` Node ${r.machine.node}, Tollgate ${r.versions.tollgate}, LiteLLM ${r.versions.litellm ?? '(not run)'},`
+  + ` Node ${r.machine.node}${r.machine.gateway_node ? ` (the Tollgate contenders on ${r.machine.gateway_node})` : ''}, Tollgate ${r.versions.tollgate}, LiteLLM ${r.versions.litellm ?? '(not run)'},`
   + ` PostgreSQL ${r.versions.postgres}, Redis ${r.versions.redis}. Raw results: \`${file.replace(/^.*bench\//, 'bench/')}\`.`);
 out.push('');
 // Runs since 2026-11-27 10:00 read idle RSS twice: at start, and after 12 s quiet (`idle_rss_mb`, settled); earlier ones only at start.

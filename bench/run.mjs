@@ -19,6 +19,8 @@ const CLI = join(ROOT, 'dist/cli.js');
 const GATEWAY_CLI = args.includes('--cli') ? resolve(args[args.indexOf('--cli') + 1]) : CLI;
 /** Preloaded into the gateway and the floor: a line after each major GC with the live heap, V8's heap and the RSS (bench/heap-watch.cjs). */
 const HEAP_WATCH = join(ROOT, 'bench/heap-watch.cjs');
+/** `--gateway-node PATH`: the Node binary the Tollgate contenders run on (`test/node-versions 24` prints one; `auto` then picks node:http where uWS has no build); `sim`, the floors and the load stay on this one. */
+const GATEWAY_NODE = args.includes('--gateway-node') ? resolve(args[args.indexOf('--gateway-node') + 1]) : process.execPath;
 /** `--node-args "FLAGS"`: Node/V8 flags for the Tollgate contenders only (measuring a flag's effect). */
 const NODE_ARGS = args.includes('--node-args') ? args[args.indexOf('--node-args') + 1].split(/\s+/).filter(Boolean) : [];
 /** `--scenarios a,b`: run only these of seq, rates, max, streams, key (after the warm-up); all by default. */
@@ -51,7 +53,12 @@ async function sim(delay) {
 }
 
 /** The variables `npm start` gives the gateway by default (`NAME=${NAME:-value}` in package.json's start script). */
-const START_ENV = Object.fromEntries([...JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start.matchAll(/(\w+)=\$\{\1:-([^}]*)\}/g)].map((m) => [m[1], m[2]]));
+const START_SCRIPT = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts.start;
+/** …and the options it puts before an operator's own NODE_OPTIONS (`NODE_OPTIONS="FLAGS ${NODE_OPTIONS:-}"`). */
+const START_ENV = Object.fromEntries([
+  ...[...START_SCRIPT.matchAll(/(\w+)=\$\{\1:-([^}]*)\}/g)].map((m) => [m[1], m[2]]),
+  ...[...START_SCRIPT.matchAll(/NODE_OPTIONS="([^"$]*?)\s*\$\{NODE_OPTIONS:-\}"/g)].map((m) => ['NODE_OPTIONS', m[1]]),
+]);
 
 async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1, frontend = 'auto') {
   const dir = join(work, name);
@@ -82,7 +89,7 @@ async function tollgate(name, simUrl, streamSimUrl, pg, workers = 1, frontend = 
   }
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify(config));
-  const p = await start(name, process.execPath, [...NODE_ARGS, '--require', HEAP_WATCH, GATEWAY_CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
+  const p = await start(name, GATEWAY_NODE, [...NODE_ARGS, '--require', HEAP_WATCH, GATEWAY_CLI, 'serve', '--config', cfg, '--data-dir', dir], { env, ready: /"base_url":"(http:[^"]+)"/ });
   procs.push(p);
   const cli = (...a) => JSON.parse(execFileSync(process.execPath, [GATEWAY_CLI, ...a, '--json', '--config', cfg, '--data-dir', dir], { env: { ...process.env, ...env } }).toString());
   const acct = cli('account', 'create', '--email', `bench@${name}.local`, '--credit', '1000000');
@@ -280,7 +287,8 @@ async function unitCosts(c) {
 }
 
 async function main() {
-  const machine = { cores: cpus().length, cpu: cpus()[0]?.model, memory_gib: +(totalmem() / 2 ** 30).toFixed(1), node: process.version };
+  const machine = { cores: cpus().length, cpu: cpus()[0]?.model, memory_gib: +(totalmem() / 2 ** 30).toFixed(1), node: process.version,
+    ...(GATEWAY_NODE !== process.execPath ? { gateway_node: execFileSync(GATEWAY_NODE, ['--version'], { encoding: 'utf8' }).trim() } : {}) };
   log('machine', JSON.stringify(machine), QUICK ? '(quick)' : '(full)');
   const simA = await sim(0);
   const simB = await sim(1);
