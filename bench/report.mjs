@@ -33,7 +33,7 @@ for (const s of scenarios) {
       ? `${us(x.probe_us.p50 - direct.probe_us.p50)} / ${us(x.probe_us.p99 - direct.probe_us.p99)}` : '–';
     out.push(`| ${s} | ${x.contender} | ${x.qps || '–'} | ${x.latency_ms?.p50 === null || x.latency_ms?.p50 === undefined ? '–' : `${ms(x.latency_ms.p50)} / ${ms(x.latency_ms.p99)}`}`
       + ` | ${x.probe_us ? `${us(x.probe_us.p50)} / ${us(x.probe_us.p99)}` : '–'} | ${added} | ${x.cpu_s_per_1k ?? '–'}`
-      + ` | ${x.peak_rss_mb ? `${x.peak_rss_mb} MB` : '–'} | ${pct(x.error_rate)} | ${x.ledger ? (x.ledger.exact ? 'yes' : '**no**') : '–'} |`);
+      + ` | ${x.peak_rss_mb ? `${x.peak_rss_mb} MB` : '–'} | ${pct(x.error_rate)} | ${x.ledger ? (x.ledger.exact ? 'yes' : x.ledger.within_dropped ? `over the answered, within the ${x.ledger.within_dropped} dropped` : '**no**') : '–'} |`);
   }
 }
 // Where the machine's CPU went per request (results written before this field existed have none).
