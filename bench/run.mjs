@@ -274,10 +274,12 @@ async function measure(c, label, { url, body, unitCost, extra, paced: pacedArgs,
     // whole: a dropped stream is billed for its prompt and what it produced. Such a round is checked against that
     // bound, each dropped request between nothing and a whole one, and said to be so; outside it, it fails.
     const dropped = (ac.errors ?? 0) + (sp?.failed ?? 0) + (pr?.failed ?? 0);
-    if (!out.ledger.exact && dropped > 0 && delta > expected && delta <= expected + unitCost * BigInt(dropped)) {
-      out.ledger.within_dropped = dropped;
-      log(`ledger on ${c.name} ${label}: debited ${delta}, ${delta - expected} over the ${n} answered; within what the ${dropped} requests the load dropped could have produced`);
-    } else if (!out.ledger.exact) { out.ledger_failure = true; log(`LEDGER MISMATCH on ${c.name} ${label}: debited ${delta}, expected ${expected}`); }
+    if (!out.ledger.exact) {
+      if (dropped > 0 && delta > expected && delta <= expected + unitCost * BigInt(dropped)) {
+        out.ledger.within_dropped = dropped;
+        log(`ledger on ${c.name} ${label}: debited ${delta}, ${delta - expected} over the ${n} answered; within what the ${dropped} requests the load dropped could have produced`);
+      } else { out.ledger_failure = true; log(`LEDGER MISMATCH on ${c.name} ${label}: debited ${delta}, expected ${expected}`); }
+    }
   }
   log(`${c.name.padEnd(18)} ${label.padEnd(22)} ${String(out.qps).padStart(6)} req/s  p50 ${out.latency_ms.p50}ms p99 ${out.latency_ms.p99}ms`
     + `${pr ? `  probe p50 ${pr.p50?.toFixed(0)}µs p99 ${pr.p99?.toFixed(0)}µs` : ''}`

@@ -3,18 +3,13 @@
 // that cannot load stops the start with what works.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import WebSocket from 'ws';
-import { startGateway, assertInvariants, bearer, chatBody, priceNano, dollarsToNano, CLI, ROOT, balanceNano } from './helpers/gateway.mjs';
-
-/** A Node major's binary from npm's node-<os>-<arch> package (installed into .node-versions/ once). */
-function nodeBinary(major) {
-  return execFileSync(join(ROOT, 'test', 'node-versions'), [String(major)], { encoding: 'utf8' }).trim();
-}
+import { startGateway, assertInvariants, bearer, chatBody, priceNano, dollarsToNano, CLI, balanceNano, nodeBinary } from './helpers/gateway.mjs';
 
 /** sim-tts: $15 per million characters. */
 const PER_CHAR = 15_000n;

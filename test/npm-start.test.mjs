@@ -5,7 +5,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { ROOT } from './helpers/gateway.mjs';
+import { ROOT, nodeBinary } from './helpers/gateway.mjs';
 
 /**
  * A scratch copy of the package's scripts: package.json, empty lock and tsconfig, `src/` with `sources`, and
@@ -23,6 +23,13 @@ function scratch(t, name, sources, built) {
   for (const f of ['package.json', 'package-lock.json', 'tsconfig.json', 'src', ...Object.keys(sources).map((f) => join('src', f))]) utimesSync(join(dir, f), past, past);
   writeFileSync(join(dir, 'dist', '.built'), '');
   return dir;
+}
+
+/** `npm start` in a scratch copy, with `env` over this process's; what its stand-in dist/cli.js printed last, as JSON. */
+function npmStart(dir, env) {
+  const r = spawnSync('npm', ['start', '--silent'], { cwd: dir, encoding: 'utf8', env: { ...process.env, ...env } });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout.trim().split('\n').at(-1));
 }
 
 test('npm start\'s build step leaves dist alone when nothing changed since the last build, and rebuilds when a source is newer', (t) => {
@@ -44,11 +51,7 @@ test('npm start runs the gateway with glibc\'s malloc thresholds fixed at 128 Ki
   // dist/cli.js stands in for the gateway: it prints what it was started with.
   const dir = scratch(t, 'tollgate-start-env-', {},
     { 'cli.js': 'console.log(JSON.stringify({ argv: process.argv.slice(2), mmap: process.env.MALLOC_MMAP_THRESHOLD_, trim: process.env.MALLOC_TRIM_THRESHOLD_ }));\n' });
-  const start = (env) => {
-    const r = spawnSync('npm', ['start', '--silent'], { cwd: dir, encoding: 'utf8', env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '', MALLOC_TRIM_THRESHOLD_: '', ...env } });
-    assert.equal(r.status, 0, r.stderr);
-    return JSON.parse(r.stdout.trim().split('\n').at(-1));
-  };
+  const start = (env) => npmStart(dir, { MALLOC_MMAP_THRESHOLD_: '', MALLOC_TRIM_THRESHOLD_: '', ...env });
   assert.deepEqual(start({}), { argv: ['serve'], mmap: '131072', trim: '131072' });
   assert.deepEqual(start({ MALLOC_MMAP_THRESHOLD_: '65536' }), { argv: ['serve'], mmap: '65536', trim: '131072' }, 'an operator\'s value is kept');
 });
@@ -58,16 +61,12 @@ test('npm start gives the gateway Node 20\'s young generation (16 MB semi-spaces
   // on PostgreSQL + Redis then idled about 85 MB higher after a load, for no CPU measurably saved (docs/benchmarks.md,
   // "The young generation on Node 24"). A smaller young generation shows as a smaller heap_size_limit (V8 counts
   // the young generation's ceiling in it); dist/cli.js stands in for the gateway and prints that and NODE_OPTIONS.
-  const node24 = execFileSync(join(ROOT, 'test', 'node-versions'), ['24'], { encoding: 'utf8' }).trim();
+  const node24 = nodeBinary(24);
   const report = 'console.log(JSON.stringify({ options: process.env.NODE_OPTIONS, limit: require("node:v8").getHeapStatistics().heap_size_limit }));';
   const dir = scratch(t, 'tollgate-start-young-', {}, { 'cli.js': `${report}\n` });
   writeFileSync(join(dir, 'dist', 'package.json'), '{"type":"commonjs"}');
   const path = `${dirname(node24)}:${process.env.PATH}`;
-  const start = (options) => {
-    const r = spawnSync('npm', ['start', '--silent'], { cwd: dir, encoding: 'utf8', env: { ...process.env, PATH: path, NODE_OPTIONS: options } });
-    assert.equal(r.status, 0, r.stderr);
-    return JSON.parse(r.stdout.trim().split('\n').at(-1));
-  };
+  const start = (options) => npmStart(dir, { PATH: path, NODE_OPTIONS: options });
   const limit = (...flags) => Number(execFileSync(node24, [...flags, '-p', 'require("node:v8").getHeapStatistics().heap_size_limit'], { encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } }));
   const own = limit();
   const sixteen = limit('--max-semi-space-size=16');

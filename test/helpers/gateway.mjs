@@ -1,6 +1,6 @@
 // Boots a real `tollgate serve` process on port 0 with its own store (PGlite dir or a fresh PostgreSQL
 // database) and Redis key prefix, and tears it all down after the test.
-import { spawn, execFile } from 'node:child_process';
+import { spawn, execFile, execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, rmSync, existsSync, readdirSync, readFileSync, cpSync, renameSync, mkdirSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -17,6 +17,11 @@ export const PG_ADMIN_URL = process.env.TOLLGATE_TEST_PG ?? 'postgres://postgres
 export const REDIS_URL = process.env.TOLLGATE_TEST_REDIS ?? 'redis://127.0.0.1:6379';
 /** The Node that runs the gateway and its CLI: TOLLGATE_TEST_NODE (another version, test/node-versions), else this one. */
 export const NODE = process.env.TOLLGATE_TEST_NODE || process.execPath;
+
+/** A Node major's binary from npm's node-<os>-<arch> package (installed into .node-versions/ once). */
+export function nodeBinary(major) {
+  return execFileSync(join(ROOT, 'test', 'node-versions'), [String(major)], { encoding: 'utf8' }).trim();
+}
 
 export const TEST_MODELS = [
   { id: 'sim-chat', upstream: 'sim', aliases: ['tollgate-27b'], kind: 'chat', simulated: true, input_per_mtok: '0.30', output_per_mtok: '2.50', max_output_tokens: 4096 },
