@@ -52,13 +52,14 @@ async function serve(flags: OpArgs): Promise<void> {
   if (config.workers > 1 && !isWorker()) return servePrimary(config, flags, front.frontEnd.description);
   if (isWorker()) config = Object.freeze({ ...config, listen: { ...config.listen, port: workerPort() } });
   const unlock = config.databaseUrl ? () => undefined : lockDataDir(dir);
-  const [{ Gateway }, { openServices, closeServices }, { batchEndpoints }, { mounts, fallbackFamily }, { startAdminSocket }, { boundHeapGrowth }] = await Promise.all([
+  const [{ Gateway }, { openServices, closeServices }, { batchEndpoints }, { mounts, fallbackFamily }, { startAdminSocket }, { boundHeapGrowth, keepMemoryReducerAwake }] = await Promise.all([
     import('./server/app.js'), import('./services.js'), import('./families/alpha/batches.js'), import('./routes.js'), import('./server/admin.js'), import('./server/heap.js'),
   ]);
   const s = await openServices(config, dir, batchEndpoints);
   const gw: GatewayType = new Gateway(s, mounts(s), fallbackFamily, front.frontEnd);
   await gw.listen();
   const heap = boundHeapGrowth();
+  keepMemoryReducerAwake();
   const base = gw.baseUrl;
   const deps: OpsDeps = { db: s.db, settler: s.settler, onKey: (k) => s.cache.putKey(k), baseUrl: base };
   const admin = s.db.kind === 'pglite' ? await startAdminSocket(dir, deps) : null;

@@ -2,8 +2,10 @@
 // times its live size before the next one. With plain requests the live heap is small (15–20 MB) and
 // that slack costs little; with thousands of open streams it is 60–150 MB live, and the slack alone
 // was 150–300 MB of RSS at 9,900 streams. Past CAP_ABOVE live bytes, growth is capped at GROWTH_PERCENT; below
-// UNCAP_BELOW the choice goes back to V8. Measured both ways in docs/benchmarks.md.
+// UNCAP_BELOW the choice goes back to V8. Measured both ways in docs/benchmarks.md. And on every Node, each
+// isolate keeps V8's memory reducer able to run once the process is quiet (keepMemoryReducerAwake).
 import v8 from 'node:v8';
+import vm from 'node:vm';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 
 const CAP_ABOVE = 40 * 2 ** 20;
@@ -35,4 +37,31 @@ export function boundHeapGrowth(): HeapPolicy | null {
     get capped() { return capped; },
     stop() { observer.disconnect(); if (capped) set(0); },
   };
+}
+
+/**
+ * How often each isolate of the gateway compiles a one-character script (below). V8 samples allocation every 8 s
+ * and its exponentially decayed rate underflows to exactly zero after about 100 s without any; at 30 s the rate
+ * stays above zero yet far below the threshold on every sample but the one that follows a compile.
+ */
+export const REDUCER_NUDGE_MS = 30_000;
+
+/**
+ * Keeps V8's memory reducer able to run on this thread's isolate. When a process goes quiet, the reducer is what
+ * runs the memory-reducing GC: it shrinks the young generation back and gives the pages V8 pools after a GC back
+ * to the system. It starts one only when every allocation rate V8 tracks is low, and since V8 13 (Node 24) one of
+ * them, the rate of allocations on the embedder's C++ heap (cppgc), reads as *high* when it is exactly zero. Node
+ * allocates there only for `node:vm` scripts and contexts, so in a process that makes none the reducer never
+ * starts on its own; only its watchdog does, 100 s after the last major GC, and every ordinary major GC restarts
+ * that wait. The embedded default idled at 190–194 MB on Node 24 for this (docs/benchmarks.md, "The memory reducer
+ * on Node 24"). A `vm.Script` allocates a small object there, which keeps that rate just above zero. The cause
+ * and this stopgap are from nodejs/node issue 66564 (V8: crbug.com/570738027, since V8 change 5935313).
+ * Returns the function that stops it.
+ */
+export function keepMemoryReducerAwake(everyMs: number = REDUCER_NUDGE_MS): () => void {
+  const nudge = (): void => { new vm.Script('0'); };
+  nudge();
+  const timer = setInterval(nudge, everyMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }

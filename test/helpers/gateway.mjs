@@ -98,7 +98,7 @@ async function pgliteTemplate() {
  * options: { store: 'pglite' | 'postgres', freshStore (pglite: initdb at start, not a copy of the template), spawnCli (gw.cli always starts the CLI process), redis: boolean, redisUrl (another Redis), embedded: boolean (no --config at all),
  *            upstreams, models, limits, batches, voices, database: {url} (share one), redisPrefix (share one), env, workers,
  *            payments (default: the sandbox, with the allow_sandbox flag a config file needs), publicUrl,
- *            node (the Node binary to run it on; default NODE), frontend ('uws' | 'node' | 'auto': the config's `frontend`),
+ *            node (the Node binary to run it on; default NODE), nodeArgs (Node/V8 options before the script, e.g. ['--trace-gc']), frontend ('uws' | 'node' | 'auto': the config's `frontend`),
  *            status, telemetry (the config's sections of those names) }
  * TOLLGATE_FRONTEND in the environment is passed on (it overrides the config's `frontend`).
  */
@@ -147,7 +147,7 @@ export async function startGateway(t, options = {}) {
   const args = ['serve', '--data-dir', dir, '--listen', '127.0.0.1:0'];
   if (configPath) args.push('--config', configPath);
   const node = options.node ?? NODE;
-  const proc = spawn(node, [CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(node, [...(options.nodeArgs ?? []), CLI, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   const output = { stdout: '', stderr: '' };
   proc.stderr.on('data', (d) => { output.stderr += d; });
   const starting = new Promise((resolve, reject) => {
