@@ -28,6 +28,7 @@ const TAIL = opt('--tail', null); // with --sequential: a file for every request
 const HEAP_PROF = opt('--heap-prof', null); // a directory: the gateway runs with --heap-prof into it (sampled allocations still live at exit: what is retained, not the allocation rate)
 const GATEWAY_NODE = opt('--gateway-node', process.execPath); // the Node binary the gateway runs on (test/node-versions 24 prints one); sim and the load stay on this one
 const FRONTEND = opt('--frontend', null); // the config's frontend (auto | uws | node); unset: auto
+const QUIET_S = Number(opt('--quiet-s', '0')); // after the rounds: this many seconds with no requests, then RSS read again (rss_quiet_mb: what the gateway gives back once quiet)
 const GW_LOG = opt('--log', null); // a file: the gateway's whole output, written as the harness ends (with --node-args '--require bench/heap-watch.cjs', its heap after each major GC)
 const PG_ADMIN = process.env.TOLLGATE_BENCH_PG ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS = process.env.TOLLGATE_BENCH_REDIS ?? 'redis://127.0.0.1:6379';
@@ -99,8 +100,10 @@ async function main() {
     rounds.push({ cpu_us_per_req: Math.round((cpu / done) * 1e6), qps: Math.round(done / secs), non2xx: r.non2xx, errors: r.errors });
   }
   const idle = usage(gw.pid).rss;
+  const quiet = QUIET_S > 0 ? await new Promise((r) => setTimeout(() => r(usage(gw.pid).rss), QUIET_S * 1000)) : null;
   if (GW_LOG) writeFileSync(GW_LOG, gw.log());
-  console.log(JSON.stringify({ cli: CLI, node: GATEWAY_NODE === process.execPath ? process.version : GATEWAY_NODE, frontend: FRONTEND ?? 'auto', store: STORE, requests: REQUESTS, rounds, rss_mb: Math.round(idle / 1e5) / 10 }));
+  console.log(JSON.stringify({ cli: CLI, node: GATEWAY_NODE === process.execPath ? process.version : GATEWAY_NODE, frontend: FRONTEND ?? 'auto', store: STORE, requests: REQUESTS, rounds, rss_mb: Math.round(idle / 1e5) / 10,
+    ...(quiet === null ? {} : { quiet_s: QUIET_S, rss_quiet_mb: Math.round(quiet / 1e5) / 10 }) }));
 }
 
 /** One request at a time over one keep-alive socket: latency percentiles and the gateway's CPU per request. */
