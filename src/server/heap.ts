@@ -44,24 +44,22 @@ export function boundHeapGrowth(): HeapPolicy | null {
  * and its exponentially decayed rate underflows to exactly zero after about 100 s without any; at 30 s the rate
  * stays above zero yet far below the threshold on every sample but the one that follows a compile.
  */
-export const REDUCER_NUDGE_MS = 30_000;
+const REDUCER_NUDGE_MS = 30_000;
 
 /**
- * Keeps V8's memory reducer able to run on this thread's isolate. When a process goes quiet, the reducer is what
+ * Keeps V8's memory reducer able to run on this thread's isolate, for the thread's life (the timer is unref'd).
+ * When a process goes quiet, the reducer is what
  * runs the memory-reducing GC: it shrinks the young generation back and gives the pages V8 pools after a GC back
  * to the system. It starts one only when every allocation rate V8 tracks is low, and since V8 13 (Node 24) one of
  * them, the rate of allocations on the embedder's C++ heap (cppgc), reads as *high* when it is exactly zero. Node
  * allocates there only for `node:vm` scripts and contexts, so in a process that makes none the reducer never
  * starts on its own; only its watchdog does, 100 s after the last major GC, and every ordinary major GC restarts
- * that wait. The embedded default idled at 190–194 MB on Node 24 for this (docs/benchmarks.md, "The memory reducer
+ * that wait. The embedded default idled at 190–195 MB on Node 24 for this (docs/benchmarks.md, "The memory reducer
  * on Node 24"). A `vm.Script` allocates a small object there, which keeps that rate just above zero. The cause
  * and this stopgap are from nodejs/node issue 66564 (V8: crbug.com/570738027, since V8 change 5935313).
- * Returns the function that stops it.
  */
-export function keepMemoryReducerAwake(everyMs: number = REDUCER_NUDGE_MS): () => void {
+export function keepMemoryReducerAwake(): void {
   const nudge = (): void => { new vm.Script('0'); };
   nudge();
-  const timer = setInterval(nudge, everyMs);
-  timer.unref();
-  return () => clearInterval(timer);
+  setInterval(nudge, REDUCER_NUDGE_MS).unref();
 }
